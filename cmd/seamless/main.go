@@ -1,0 +1,135 @@
+// Command seamless runs HAProxy as PID 1 of a container: it reaps every
+// child, turns SIGHUP into a validated, confirmed, lossless reload and
+// SIGTERM into a graceful drain. See README.md.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/seamless-lb/seamless/entrypoint/config"
+)
+
+// Set with -ldflags "-X main.version=... -X main.commit=...".
+var (
+	version = "dev"
+	commit  = "unknown"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args, os.Stdout, os.Stderr))
+}
+
+const usage = `Usage:
+  seamless                       run HAProxy with $SEAMLESS_CONFIG
+  seamless haproxy ARGS...       run HAProxy with these arguments (-W, -db, -S are added)
+  seamless -f FILE ARGS...       the same: arguments starting with '-' are HAProxy's
+  seamless check [ARGS...]       validate the configuration (haproxy -c) and exit
+  seamless env                   list every environment variable with its default
+  seamless version               print versions of seamless, Go and HAProxy
+
+Signals: HUP/USR2 reload (validated, serialised, confirmed); TERM/INT drain,
+then stop; others are forwarded to the HAProxy master.
+
+Exit codes: HAProxy's own (128+signal if a signal killed it); 2 for a bad
+command line or environment; 'check': 0 valid, 1 invalid, 3 HAProxy could
+not be run.
+`
+
+// Exit codes of seamless itself.
+const (
+	exitInvalid = 1
+	exitUsage   = 2
+	exitNoRun   = 3
+)
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cmd, rest := command(args[1:])
+	switch cmd {
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	case "env":
+		if err := config.Usage(stdout); err != nil {
+			return exitUsage
+		}
+		return 0
+	case "":
+		fmt.Fprintf(stderr, "seamless: unknown command %q\n\n%s", args[1], usage)
+		return exitUsage
+	}
+
+	cfg, err := config.Load()
+	if err != nil {
+		fmt.Fprintf(stderr, "seamless: configuration error (see 'seamless env'):\n%v\n", err)
+		return exitUsage
+	}
+	log := newLogger(cfg, stderr)
+	for _, k := range config.Unknown(os.Environ()) {
+		log.Warn("unknown variable ignored; see 'seamless env'", "variable", k)
+	}
+	bin, hargs := haproxyArgs(cfg, rest)
+	switch cmd {
+	case "version":
+		return printVersion(ctx, bin, stdout)
+	case "check":
+		return check(ctx, cfg, bin, hargs, stdout, stderr, log)
+	default:
+		return serve(ctx, cfg, bin, hargs, log)
+	}
+}
+
+// command picks the subcommand; "run" takes HAProxy's arguments.
+func command(args []string) (string, []string) {
+	if len(args) == 0 {
+		return "run", nil
+	}
+	switch a := args[0]; {
+	case a == "-h" || a == "--help" || a == "help":
+		return "help", nil
+	case a == "--version" || a == "version":
+		return "version", nil
+	case a == "env" || a == "check":
+		return a, args[1:]
+	case filepath.Base(a) == "haproxy" || strings.HasPrefix(a, "-"):
+		return "run", args
+	}
+	return "", nil
+}
+
+// haproxyArgs splits "haproxy ARGS" (or "/path/to/haproxy ARGS", or bare
+// "-f ...") into the executable and its arguments; no arguments means the
+// configured file.
+func haproxyArgs(cfg *config.Config, args []string) (string, []string) {
+	bin := cfg.HAProxyBin
+	if len(args) > 0 && filepath.Base(args[0]) == "haproxy" {
+		if args[0] != "haproxy" {
+			bin = args[0]
+		}
+		args = args[1:]
+	}
+	if len(args) == 0 {
+		args = []string{"-f", cfg.Config}
+	}
+	return bin, args
+}
+
+func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func versionLine() string {
+	return fmt.Sprintf("seamless %s (commit %s, %s, %s/%s)", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/seamless-lb/seamless/entrypoint/config"
+	"github.com/seamless-lb/seamless/entrypoint/haproxy"
+	"github.com/seamless-lb/seamless/entrypoint/metrics"
+	"github.com/seamless-lb/seamless/entrypoint/reaper"
+	"github.com/seamless-lb/seamless/entrypoint/reload"
+	"github.com/seamless-lb/seamless/entrypoint/status"
+	"github.com/seamless-lb/seamless/entrypoint/supervisor"
+)
+
+// serve is the long-running mode: HAProxy supervised until it exits.
+func serve(ctx context.Context, cfg *config.Config, bin string, args []string, log *slog.Logger) int {
+	log.Info("starting", "version", versionLine(), "pid", os.Getpid())
+	if err := os.MkdirAll(cfg.RunDir, 0o750); err != nil {
+		log.Error("cannot create SEAMLESS_RUN_DIR", "dir", cfg.RunDir, "err", err)
+		return exitUsage
+	}
+	cl, err := haproxy.ParseCommandLine(args, filepath.Join(cfg.RunDir, "master.sock"))
+	if err != nil {
+		log.Error("bad haproxy command line", "err", err)
+		return exitUsage
+	}
+	if len(cl.Dropped) > 0 {
+		log.Warn("ignoring haproxy arguments that would defeat supervision", "args", cl.Dropped)
+	}
+	extra, err := writeDefaults(cfg, cl, filepath.Join(cfg.RunDir, "defaults.cfg"), log)
+	if err != nil {
+		log.Error("cannot write defaults file", "err", err)
+		return exitUsage
+	}
+
+	// The reaper outlives everything else: it must still collect the
+	// master's status and whatever its workers leave behind.
+	rp := reaper.New(log)
+	if err := reaper.BecomeSubreaper(); err != nil {
+		log.Warn("cannot become a child subreaper; orphans will not be reaped here", "err", err)
+	}
+	reapCtx, stopReaper := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { rp.Run(reapCtx) })
+	defer func() { stopReaper(); wg.Wait() }()
+
+	m := metrics.New()
+	tap := haproxy.NewLogTap()
+	tap.OnSocketTransferFailure = func(line string) {
+		m.SocketTransferFailures.Inc()
+		log.Error("HAProxy could not pass its listening sockets to the new worker and bound new ones; connections queued on the old sockets may have been reset. Check that the master CLI and the run directory are usable",
+			"component", "haproxy", "line", line)
+	}
+	cli := haproxy.NewMasterCLI(cl.MasterSocket)
+	env := haproxy.CleanEnv(os.Environ())
+	validator := &haproxy.Validator{Bin: bin, Args: cl.CheckArgs(extra...), Env: env, Run: rp.Output}
+	rl := reload.New(cli, validator, tap, m, log, cfg.ReloadTimeout)
+	sup := supervisor.New(supervisor.Options{
+		Bin: bin, Args: cl.RunArgs(extra...), Env: env, StopGrace: cfg.StopGrace,
+	}, rp, rl, cli, tap, m, log)
+
+	if cfg.StatusAddr != "" {
+		srv, err := status.Listen(cfg.StatusAddr, m.Registry, sup.Healthy, log)
+		if err != nil {
+			log.Error("cannot listen on SEAMLESS_STATUS_ADDR", "addr", cfg.StatusAddr, "err", err)
+			return exitUsage
+		}
+		statusCtx, stopStatus := context.WithCancel(context.Background())
+		wg.Go(func() {
+			if err := srv.Run(statusCtx); err != nil {
+				log.Error("status endpoint failed", "err", err)
+			}
+		})
+		defer stopStatus()
+	}
+	return sup.Run(ctx)
+}
+
+// writeDefaults scans the user's configuration, warns about what makes
+// reloads lossy, and writes the global defaults it lacks. It returns the
+// extra HAProxy arguments that load them.
+func writeDefaults(cfg *config.Config, cl *haproxy.CommandLine, path string, log *slog.Logger) ([]string, error) {
+	have, err := haproxy.ScanConfig(cl.ConfigFiles)
+	if err != nil {
+		// HAProxy will name the problem itself when it loads the file.
+		log.Warn("cannot scan the configuration", "err", err)
+	}
+	if err == nil && !have.IdleCloseOnResp {
+		log.Warn("the configuration has no 'option idle-close-on-response': keep-alive clients that do not retry can fail at every reload; add it to the defaults section",
+			"files", cl.ConfigFiles)
+	}
+	content := haproxy.Defaults{HardStopAfter: cfg.HardStopAfter, MaxReloads: cfg.MaxReloads}.File(have)
+	if content == "" {
+		if rmErr := os.Remove(path); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
+			return nil, rmErr
+		}
+		return nil, nil
+	}
+	if err := os.WriteFile(path, []byte(content), 0o640); err != nil {
+		return nil, err
+	}
+	log.Info("adding defaults the configuration does not set", "file", path,
+		"hard_stop_after", cfg.HardStopAfter, "mworker_max_reloads", cfg.MaxReloads)
+	return []string{"-f", path}, nil
+}
+
+// check validates the configuration as serve would load it.
+func check(ctx context.Context, cfg *config.Config, bin string, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
+	cl, err := haproxy.ParseCommandLine(args, filepath.Join(cfg.RunDir, "master.sock"))
+	if err != nil {
+		fmt.Fprintf(stderr, "seamless check: %v\n", err)
+		return exitUsage
+	}
+	dir, err := os.MkdirTemp("", "seamless-check-")
+	if err != nil {
+		fmt.Fprintf(stderr, "seamless check: %v\n", err)
+		return exitNoRun
+	}
+	defer os.RemoveAll(dir)
+	extra, err := writeDefaults(cfg, cl, filepath.Join(dir, "defaults.cfg"), log)
+	if err != nil {
+		fmt.Fprintf(stderr, "seamless check: %v\n", err)
+		return exitNoRun
+	}
+	rp, stop := startReaper(log)
+	defer stop()
+	v := &haproxy.Validator{Bin: bin, Args: cl.CheckArgs(extra...), Env: os.Environ(), Run: rp.Output}
+	err = v.Check(ctx)
+	var ce *haproxy.ConfigError
+	switch {
+	case errors.As(err, &ce):
+		fmt.Fprint(stderr, ce.Output)
+		fmt.Fprintf(stderr, "seamless check: configuration is invalid (%s)\n", strings.Join(cl.ConfigFiles, ", "))
+		return exitInvalid
+	case err != nil:
+		fmt.Fprintf(stderr, "seamless check: %v\n", err)
+		return exitNoRun
+	}
+	fmt.Fprintf(stdout, "configuration is valid: %v\n", cl.ConfigFiles)
+	return 0
+}
+
+func printVersion(ctx context.Context, bin string, stdout io.Writer) int {
+	fmt.Fprintln(stdout, versionLine())
+	rp, stop := startReaper(nil)
+	defer stop()
+	v, err := haproxy.Version(ctx, rp.Output, bin)
+	if err != nil {
+		fmt.Fprintf(stdout, "HAProxy: not found (%v)\n", err)
+		return 0
+	}
+	fmt.Fprintf(stdout, "HAProxy %s (%s)\n", v, bin)
+	return 0
+}
+
+// startReaper runs a reaper for the one-shot commands, which start children
+// too.
+func startReaper(log *slog.Logger) (*reaper.Reaper, func()) {
+	rp := reaper.New(log)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); rp.Run(ctx) }()
+	return rp, func() { cancel(); <-done }
+}

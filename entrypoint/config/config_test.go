@@ -1,0 +1,76 @@
+package config
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaults(t *testing.T) {
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RunDir != "/var/run/seamless" || c.StopGrace != 8*time.Second || c.StatusAddr != ":8405" {
+		t.Errorf("defaults: %+v", c)
+	}
+	if c.StopGrace >= 10*time.Second {
+		t.Error("the default drain must end before Docker's 10s stop timeout")
+	}
+}
+
+func TestBadValuesNameTheVariable(t *testing.T) {
+	tests := []struct{ key, value, want string }{
+		{"SEAMLESS_STOP_GRACE", "soon", `SEAMLESS_STOP_GRACE="soon"`},
+		{"SEAMLESS_STOP_GRACE", "-1s", "SEAMLESS_STOP_GRACE"},
+		{"SEAMLESS_MAX_RELOADS", "many", `SEAMLESS_MAX_RELOADS="many"`},
+		{"SEAMLESS_RUN_DIR", "relative/dir", "SEAMLESS_RUN_DIR"},
+		{"SEAMLESS_STATUS_ADDR", "8405", "SEAMLESS_STATUS_ADDR"},
+		{"SEAMLESS_LOG_FORMAT", "xml", "SEAMLESS_LOG_FORMAT"},
+		{"SEAMLESS_LOG_LEVEL", "loud", "SEAMLESS_LOG_LEVEL"},
+		{"SEAMLESS_RELOAD_TIMEOUT", "0s", "SEAMLESS_RELOAD_TIMEOUT"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.key+"="+tt.value, func(t *testing.T) {
+			t.Setenv(tt.key, tt.value)
+			_, err := Load()
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q does not name %s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestEmptyStatusAddrDisables(t *testing.T) {
+	t.Setenv("SEAMLESS_STATUS_ADDR", "")
+	c, err := Load()
+	if err != nil || c.StatusAddr != "" {
+		t.Fatalf("got %+v, %v", c, err)
+	}
+}
+
+func TestUsageListsEveryVariable(t *testing.T) {
+	var b bytes.Buffer
+	if err := Usage(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range Vars() {
+		if v.Desc == "" {
+			t.Errorf("%s has no description", v.Name)
+		}
+		if !strings.Contains(b.String(), v.Name) {
+			t.Errorf("usage lacks %s", v.Name)
+		}
+	}
+}
+
+func TestUnknown(t *testing.T) {
+	got := Unknown([]string{"SEAMLESS_STOP_GRAEC=1s", "SEAMLESS_RUN_DIR=/x", "PATH=/bin", "SEAMLESSX=1"})
+	if len(got) != 1 || got[0] != "SEAMLESS_STOP_GRAEC" {
+		t.Errorf("Unknown = %q", got)
+	}
+}

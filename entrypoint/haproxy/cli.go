@@ -1,0 +1,155 @@
+package haproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+)
+
+// MasterCLI talks to HAProxy's master CLI (-S), one command per connection.
+type MasterCLI struct {
+	Network, Addr string
+}
+
+// NewMasterCLI takes a -S argument.
+func NewMasterCLI(s string) *MasterCLI {
+	n, a := MasterAddr(s)
+	return &MasterCLI{Network: n, Addr: a}
+}
+
+// Do sends one command and returns the whole answer. The master only answers
+// once the client has shut its write side, so that is done after the
+// command.
+func (m *MasterCLI) Do(ctx context.Context, cmd string) (string, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, m.Network, m.Addr)
+	if err != nil {
+		return "", fmt.Errorf("master CLI %s: %w", m.Addr, err)
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if _, err := io.WriteString(conn, cmd+"\n"); err != nil {
+		return "", fmt.Errorf("master CLI %q: %w", cmd, err)
+	}
+	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	b, err := io.ReadAll(conn)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return string(b), fmt.Errorf("master CLI %q: %w", cmd, err)
+	}
+	return string(b), nil
+}
+
+// ShowProc runs `show proc` once.
+func (m *MasterCLI) ShowProc(ctx context.Context) (Procs, error) {
+	out, err := m.Do(ctx, "show proc")
+	if err != nil {
+		return Procs{}, err
+	}
+	return ParseShowProc(out)
+}
+
+// WaitShowProc polls `show proc` until ok accepts an answer or ctx ends.
+// While the master re-executes, connections are refused, reset or left
+// unanswered, so errors are retried rather than returned.
+func (m *MasterCLI) WaitShowProc(ctx context.Context, ok func(Procs) bool) (Procs, error) {
+	delay := time.Millisecond
+	var last error
+	for {
+		attempt, cancel := context.WithTimeout(ctx, time.Second)
+		p, err := m.ShowProc(attempt)
+		cancel()
+		if err == nil && ok(p) {
+			return p, nil
+		}
+		if err != nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			if last != nil {
+				return p, fmt.Errorf("%w (last error: %v)", ctx.Err(), last)
+			}
+			return p, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 10*time.Millisecond)
+	}
+}
+
+// ReloadResult is a confirmed outcome of a reload.
+type ReloadResult struct {
+	OK bool
+	// Messages are HAProxy's start-up messages when the master returned
+	// them (2.7+).
+	Messages string
+	// Procs is `show proc` after the reload.
+	Procs Procs
+	// NewWorkers are the pids of workers that did not exist before.
+	NewWorkers []int
+}
+
+// ErrUnconfirmed means the reload was sent but its outcome could not be
+// established before the deadline.
+var ErrUnconfirmed = errors.New("reload not confirmed")
+
+// Reload asks the master to reload and waits for the outcome. HAProxy 2.7+
+// answers "Success=1|0" followed by the start-up messages; 2.6 closes the
+// connection without a word while it re-executes, so the outcome is read
+// from `show proc`: the master's reload counter moves, then either its
+// failed counter moved too or a new worker exists.
+func (m *MasterCLI) Reload(ctx context.Context) (ReloadResult, error) {
+	before, err := m.WaitShowProc(ctx, func(Procs) bool { return true })
+	if err != nil {
+		return ReloadResult{}, fmt.Errorf("before reload: %w", err)
+	}
+	answer, err := m.Do(ctx, "reload")
+	if err != nil && !isConnDrop(err) {
+		return ReloadResult{}, err
+	}
+	var res ReloadResult
+	explicit := strings.HasPrefix(strings.TrimSpace(answer), "Success=")
+	if explicit {
+		first, rest, _ := strings.Cut(strings.TrimSpace(answer), "\n")
+		res.OK = strings.TrimSpace(first) == "Success=1"
+		_, msgs, found := strings.Cut(rest, "--\n")
+		if !found {
+			msgs = rest
+		}
+		res.Messages = strings.TrimSpace(msgs)
+	}
+	after, err := m.WaitShowProc(ctx, func(p Procs) bool { return p.Master.Reloads > before.Master.Reloads })
+	if err != nil {
+		return res, fmt.Errorf("%w: %v", ErrUnconfirmed, err)
+	}
+	res.Procs = after
+	old := before.WorkerPids()
+	for _, w := range after.Workers {
+		if !old[w.Pid] {
+			res.NewWorkers = append(res.NewWorkers, w.Pid)
+		}
+	}
+	if !explicit {
+		failed := after.Master.Failed > before.Master.Failed
+		res.OK = !failed && len(res.NewWorkers) > 0
+	}
+	return res, nil
+}
+
+// isConnDrop reports the ways a master that re-executes ends a connection.
+func isConnDrop(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "broken pipe")
+}

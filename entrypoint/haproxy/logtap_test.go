@@ -1,0 +1,49 @@
+package haproxy
+
+import (
+	"bytes"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestLogTap(t *testing.T) {
+	tap := NewLogTap()
+	var transfer []string
+	tap.OnSocketTransferFailure = func(l string) { transfer = append(transfer, l) }
+	var out bytes.Buffer
+	tap.Copy(strings.NewReader("[NOTICE]   (1) : Loading success.\n"), &out)
+	mark := tap.Mark()
+	in := "[NOTICE]   (1) : Reloading HAProxy\n" +
+		"[ALERT]    (1) : Binding [h.cfg:11] for frontend fe: cannot bind socket\n" +
+		"127.0.0.1:1234 traffic log line\n" +
+		"[WARNING]  (1) : Loading failure!\n" +
+		"[WARNING]  (9) : Failed to get the sockets from the old process!\n" +
+		"no newline at the end"
+	tap.Copy(strings.NewReader(in), &out)
+
+	if out.String() != "[NOTICE]   (1) : Loading success.\n"+in {
+		t.Errorf("output was not copied verbatim:\n%s", out.String())
+	}
+	if got := tap.Since(mark); len(got) != 6 || got[5] != "no newline at the end" {
+		t.Errorf("Since(mark) = %q", got)
+	}
+	want := []string{
+		"[ALERT]    (1) : Binding [h.cfg:11] for frontend fe: cannot bind socket",
+		"[WARNING]  (1) : Loading failure!",
+	}
+	if got := tap.Startup(mark); !reflect.DeepEqual(got, want) {
+		t.Errorf("Startup = %q, want %q", got, want)
+	}
+	if len(transfer) != 1 {
+		t.Errorf("socket transfer failures seen: %q, want one", transfer)
+	}
+}
+
+func TestLogTapKeepsOnlyRecentLines(t *testing.T) {
+	tap := NewLogTap()
+	tap.Copy(strings.NewReader(strings.Repeat("x\n", tapKeep*3)), &bytes.Buffer{})
+	if got := len(tap.Since(0)); got != tapKeep {
+		t.Errorf("kept %d lines, want %d", got, tapKeep)
+	}
+}

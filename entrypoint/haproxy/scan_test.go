@@ -1,0 +1,63 @@
+package haproxy
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestScanConfigAndDefaults(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	bare := write("bare.cfg", "global\n    # hard-stop-after 1s is only a comment\n    maxconn 100\n")
+	confd := filepath.Join(dir, "conf.d")
+	if err := os.Mkdir(confd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(confd, "10-global.cfg"), []byte("global\n\thard-stop-after 30s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(confd, "20-defaults.cfg"), []byte("defaults\n  option idle-close-on-response\n  mworker-max-reloads 3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	def := Defaults{HardStopAfter: 5 * time.Minute, MaxReloads: 50}
+
+	have, err := ScanConfig([]string{bare})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if have != (Directives{}) {
+		t.Errorf("bare config: %+v, want nothing found (a comment is not a directive)", have)
+	}
+	got := def.File(have)
+	for _, want := range []string{"global\n", "hard-stop-after 300000ms\n", "mworker-max-reloads 50\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("defaults file lacks %q:\n%s", want, got)
+		}
+	}
+
+	have, err = ScanConfig([]string{bare, confd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Directives{HardStopAfter: true, MworkerMaxReloads: true, IdleCloseOnResp: true}); have != want {
+		t.Errorf("with conf.d: %+v, want %+v", have, want)
+	}
+	if got := def.File(have); got != "" {
+		t.Errorf("nothing to add, got:\n%s", got)
+	}
+	if got := (Defaults{}).File(Directives{}); got != "" {
+		t.Errorf("zero defaults must add nothing, got:\n%s", got)
+	}
+	if _, err := ScanConfig([]string{filepath.Join(dir, "missing.cfg")}); err == nil {
+		t.Error("a missing file was not reported")
+	}
+}

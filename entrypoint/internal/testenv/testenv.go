@@ -1,0 +1,55 @@
+// Package testenv holds what tests across seamless share: finding the real
+// HAProxy, free loopback ports, and polling a condition with a deadline
+// (never sleeping as synchronisation).
+package testenv
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// HAProxy returns the path of the real haproxy. Without it a test is
+// skipped on a developer machine and fails under CI, where `make test` has
+// installed it.
+func HAProxy(t testing.TB) string {
+	t.Helper()
+	p, err := exec.LookPath("haproxy")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("haproxy not found under CI (make test installs it): %v", err)
+		}
+		t.Skipf("haproxy not installed: %v (run make test)", err)
+	}
+	return p
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Addr is 127.0.0.1:port.
+func Addr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+// Eventually polls cond every few milliseconds until it returns true, and
+// fails the test with msg when timeout passes first.
+func Eventually(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s: %s", timeout, msg)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

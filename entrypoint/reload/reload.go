@@ -1,0 +1,203 @@
+// Package reload turns reload requests into validated, serialised,
+// confirmed HAProxy reloads.
+//
+// Plain HAProxy drops a SIGUSR2 that arrives while the master re-executes,
+// so the running configuration can silently drift from the file. Here a
+// request is never dropped: requests that arrive while a reload runs are
+// coalesced into exactly one follow-up reload, which reads the newest file.
+package reload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/seamless-lb/seamless/entrypoint/haproxy"
+	"github.com/seamless-lb/seamless/entrypoint/metrics"
+)
+
+// Master is the part of HAProxy's master CLI a reload needs.
+type Master interface {
+	Reload(ctx context.Context) (haproxy.ReloadResult, error)
+}
+
+// Checker validates the configuration (haproxy -c).
+type Checker interface {
+	Check(ctx context.Context) error
+}
+
+// Outcome is the result of one reload, reported to OnDone (tests, status).
+type Outcome struct {
+	Reasons  []string
+	OK       bool
+	Err      error
+	Duration time.Duration
+	Result   haproxy.ReloadResult
+}
+
+// Reloader serialises reloads. Create it with New and run it with Run.
+type Reloader struct {
+	master  Master
+	checker Checker
+	tap     *haproxy.LogTap // may be nil
+	metrics *metrics.Metrics
+	log     *slog.Logger
+	timeout time.Duration
+
+	// OnDone, when set before Run, is called after every reload attempt.
+	OnDone func(Outcome)
+
+	mu      sync.Mutex
+	pending []string
+	wake    chan struct{}
+}
+
+// New returns a Reloader. tap may be nil; log may be nil.
+func New(master Master, checker Checker, tap *haproxy.LogTap, m *metrics.Metrics, log *slog.Logger, timeout time.Duration) *Reloader {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Reloader{
+		master: master, checker: checker, tap: tap, metrics: m,
+		log: log.With("component", "reload"), timeout: timeout,
+		wake: make(chan struct{}, 1),
+	}
+}
+
+// Request asks for a reload and returns at once. reason says why
+// ("SIGHUP", "config changed: ...").
+func (r *Reloader) Request(reason string) {
+	r.metrics.ReloadRequests.Inc()
+	r.mu.Lock()
+	if len(r.pending) > 0 {
+		r.metrics.ReloadsCoalesced.Inc()
+	}
+	r.pending = append(r.pending, reason)
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default: // a wake-up is already queued; it will see this reason
+	}
+}
+
+// Run performs reloads one at a time until ctx ends.
+func (r *Reloader) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		}
+		r.mu.Lock()
+		reasons := r.pending
+		r.pending = nil
+		r.mu.Unlock()
+		if len(reasons) == 0 {
+			continue
+		}
+		o := r.reload(ctx, reasons)
+		if r.OnDone != nil {
+			r.OnDone(o)
+		}
+	}
+}
+
+func (r *Reloader) reload(ctx context.Context, reasons []string) Outcome {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	why := summarise(reasons)
+	o := Outcome{Reasons: reasons}
+	var mark uint64
+	if r.tap != nil {
+		mark = r.tap.Mark()
+	}
+
+	if err := r.checker.Check(ctx); err != nil {
+		o.Err = err
+		o.Duration = time.Since(start)
+		r.metrics.Reloads.WithLabelValues(metrics.Failure).Inc()
+		var ce *haproxy.ConfigError
+		if errors.As(err, &ce) {
+			r.metrics.ConfigErrors.Inc()
+			r.log.Error("configuration refused, not reloading; the running configuration keeps serving; fix the file and send SIGHUP again",
+				"reason", why, "alerts", strings.Join(ce.Alerts, "\n"), "duration", o.Duration)
+		} else {
+			r.log.Error("could not validate the configuration, not reloading", "reason", why, "err", err)
+		}
+		return o
+	}
+
+	res, err := r.master.Reload(ctx)
+	o.Result, o.Duration = res, time.Since(start)
+	r.metrics.ReloadDuration.Observe(o.Duration.Seconds())
+	switch {
+	case err != nil:
+		o.Err = err
+		r.metrics.Reloads.WithLabelValues(metrics.Failure).Inc()
+		r.log.Error("reload not confirmed; HAProxy may still be re-executing, check its messages above",
+			"reason", why, "duration", o.Duration, "err", err)
+	case !res.OK:
+		o.Err = fmt.Errorf("HAProxy refused the new configuration")
+		r.metrics.Reloads.WithLabelValues(metrics.Failure).Inc()
+		r.log.Error("reload failed, old workers keep serving the previous configuration; often a bind error that haproxy -c cannot see",
+			"reason", why, "duration", o.Duration, "haproxy", r.messages(ctx, res, mark))
+	default:
+		o.OK = true
+		r.metrics.Reloads.WithLabelValues(metrics.Success).Inc()
+		r.metrics.LastReloadSuccess.SetToCurrentTime()
+		r.log.Info("reloaded", "reason", why, "duration", o.Duration,
+			"new_workers", res.NewWorkers, "old_workers", len(res.Procs.Old))
+	}
+	if res.Procs.Master.Pid != 0 {
+		r.metrics.Workers.WithLabelValues("current").Set(float64(len(res.Procs.Workers)))
+		r.metrics.Workers.WithLabelValues("old").Set(float64(len(res.Procs.Old)))
+	}
+	return o
+}
+
+// messages returns HAProxy's start-up messages for a failed reload: from
+// the CLI answer on 2.7+, else from its output since the reload began. The
+// output is read through a pipe, so give it a moment to arrive.
+func (r *Reloader) messages(ctx context.Context, res haproxy.ReloadResult, mark uint64) string {
+	if res.Messages != "" || r.tap == nil {
+		return res.Messages
+	}
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for {
+		lines := r.tap.Startup(mark)
+		for _, l := range lines {
+			if strings.Contains(l, "Loading failure") {
+				return strings.Join(lines, "\n")
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return strings.Join(lines, "\n")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// summarise turns ["SIGHUP","SIGHUP","SIGUSR2"] into "SIGHUP ×2, SIGUSR2".
+func summarise(reasons []string) string {
+	var order []string
+	count := map[string]int{}
+	for _, r := range reasons {
+		if count[r] == 0 {
+			order = append(order, r)
+		}
+		count[r]++
+	}
+	parts := make([]string, len(order))
+	for i, r := range order {
+		parts[i] = r
+		if count[r] > 1 {
+			parts[i] = fmt.Sprintf("%s ×%d", r, count[r])
+		}
+	}
+	return strings.Join(parts, ", ")
+}

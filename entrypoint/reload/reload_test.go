@@ -1,0 +1,133 @@
+package reload
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/seamless-lb/seamless/entrypoint/haproxy"
+	"github.com/seamless-lb/seamless/entrypoint/metrics"
+)
+
+// The fakes stand at the unit's edge only: the real master CLI and
+// haproxy -c are exercised in entrypoint/haproxy and cmd/seamless.
+
+// gateMaster blocks each reload until the test releases it.
+type gateMaster struct {
+	started chan struct{}
+	release chan bool // true: the reload succeeds
+}
+
+func (g *gateMaster) Reload(ctx context.Context) (haproxy.ReloadResult, error) {
+	g.started <- struct{}{}
+	select {
+	case ok := <-g.release:
+		return haproxy.ReloadResult{OK: ok}, nil
+	case <-ctx.Done():
+		return haproxy.ReloadResult{}, ctx.Err()
+	}
+}
+
+type checkFunc func(context.Context) error
+
+func (f checkFunc) Check(ctx context.Context) error { return f(ctx) }
+
+func run(t *testing.T, m Master, c Checker) (*Reloader, *metrics.Metrics, chan Outcome) {
+	t.Helper()
+	met := metrics.New()
+	r := New(m, c, nil, met, nil, 10*time.Second)
+	outcomes := make(chan Outcome, 100)
+	r.OnDone = func(o Outcome) { outcomes <- o }
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { r.Run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return r, met, outcomes
+}
+
+func next(t *testing.T, ch chan Outcome) Outcome {
+	t.Helper()
+	select {
+	case o := <-ch:
+		return o
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reload outcome")
+		return Outcome{}
+	}
+}
+
+func TestRequestsDuringAReloadCoalesceIntoOneFollowUp(t *testing.T) {
+	g := &gateMaster{started: make(chan struct{}), release: make(chan bool)}
+	r, met, outcomes := run(t, g, checkFunc(func(context.Context) error { return nil }))
+
+	r.Request("SIGHUP")
+	<-g.started // the first reload is in flight
+	for range 10 {
+		r.Request("SIGHUP")
+	}
+	r.Request("SIGUSR2")
+	g.release <- true
+	if o := next(t, outcomes); !o.OK || len(o.Reasons) != 1 {
+		t.Fatalf("first reload: %+v", o)
+	}
+
+	<-g.started // exactly one follow-up, carrying every request that waited
+	g.release <- true
+	o := next(t, outcomes)
+	if !o.OK || len(o.Reasons) != 11 {
+		t.Fatalf("follow-up reload served %d requests, want 11: %+v", len(o.Reasons), o)
+	}
+	if got := summarise(o.Reasons); got != "SIGHUP ×10, SIGUSR2" {
+		t.Errorf("summary %q", got)
+	}
+	select {
+	case <-g.started:
+		t.Fatal("a third reload started although no request was left")
+	case <-time.After(100 * time.Millisecond):
+	}
+	if v := testutil.ToFloat64(met.Reloads.WithLabelValues(metrics.Success)); v != 2 {
+		t.Errorf("successes = %v, want 2", v)
+	}
+	if v := testutil.ToFloat64(met.ReloadRequests); v != 12 {
+		t.Errorf("requests = %v, want 12", v)
+	}
+}
+
+func TestInvalidConfigIsNotReloaded(t *testing.T) {
+	g := &gateMaster{started: make(chan struct{}, 1), release: make(chan bool, 1)}
+	bad := &haproxy.ConfigError{Alerts: []string{"parsing [h.cfg:3] : unknown keyword"}}
+	r, met, outcomes := run(t, g, checkFunc(func(context.Context) error { return bad }))
+	r.Request("SIGHUP")
+	o := next(t, outcomes)
+	if o.OK || !errors.Is(o.Err, error(bad)) {
+		t.Fatalf("outcome %+v, want the config error", o)
+	}
+	if len(g.started) != 0 {
+		t.Error("HAProxy was asked to reload an invalid configuration")
+	}
+	if v := testutil.ToFloat64(met.ConfigErrors); v != 1 {
+		t.Errorf("config errors = %v, want 1", v)
+	}
+	if v := testutil.ToFloat64(met.Reloads.WithLabelValues(metrics.Failure)); v != 1 {
+		t.Errorf("failures = %v, want 1", v)
+	}
+}
+
+func TestRefusedReloadCountsAsFailure(t *testing.T) {
+	g := &gateMaster{started: make(chan struct{}, 1), release: make(chan bool, 1)}
+	r, met, outcomes := run(t, g, checkFunc(func(context.Context) error { return nil }))
+	g.release <- false
+	r.Request("SIGHUP")
+	if o := next(t, outcomes); o.OK || o.Err == nil {
+		t.Fatalf("outcome %+v, want a failure", o)
+	}
+	if v := testutil.ToFloat64(met.Reloads.WithLabelValues(metrics.Failure)); v != 1 {
+		t.Errorf("failures = %v, want 1", v)
+	}
+	if v := testutil.ToFloat64(met.Reloads.WithLabelValues(metrics.Success)); v != 0 {
+		t.Errorf("successes = %v, want 0", v)
+	}
+}

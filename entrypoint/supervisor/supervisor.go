@@ -1,0 +1,253 @@
+// Package supervisor runs the HAProxy master as seamless's main child: it
+// starts it in master-worker mode, turns signals into reloads and a
+// graceful drain, and ends with the master's exit status.
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/seamless-lb/seamless/entrypoint/haproxy"
+	"github.com/seamless-lb/seamless/entrypoint/metrics"
+	"github.com/seamless-lb/seamless/entrypoint/reaper"
+	"github.com/seamless-lb/seamless/entrypoint/reload"
+	"golang.org/x/sys/unix"
+)
+
+// Signals with a meaning of their own; every other catchable one in
+// forwarded is passed to the master. SIGURG is the Go runtime's and SIGCHLD
+// the reaper's, so neither is listed.
+var (
+	reloadSignals = []os.Signal{syscall.SIGHUP, syscall.SIGUSR2}
+	stopSignals   = []os.Signal{syscall.SIGTERM, syscall.SIGINT}
+	forwarded     = []os.Signal{syscall.SIGUSR1, syscall.SIGQUIT, syscall.SIGWINCH,
+		syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGALRM, syscall.SIGPWR, syscall.SIGCONT}
+)
+
+// hardStopWait is how long the master has to exit after SIGTERM before
+// everything left in its process group is killed.
+const hardStopWait = 2 * time.Second
+
+// Options configure a Supervisor.
+type Options struct {
+	Bin       string   // haproxy executable
+	Args      []string // the master's arguments (CommandLine.RunArgs)
+	Env       []string
+	StopGrace time.Duration
+	Output    io.Writer // where HAProxy's stdout and stderr are copied
+}
+
+// Supervisor runs one HAProxy master.
+type Supervisor struct {
+	opts     Options
+	reaper   *reaper.Reaper
+	reloader *reload.Reloader
+	cli      *haproxy.MasterCLI
+	tap      *haproxy.LogTap
+	metrics  *metrics.Metrics
+	log      *slog.Logger
+
+	master   atomic.Pointer[reaper.Child]
+	stopping atomic.Bool
+	ready    atomic.Bool
+}
+
+// New returns a Supervisor. The reaper must be running.
+func New(opts Options, rp *reaper.Reaper, rl *reload.Reloader, cli *haproxy.MasterCLI, tap *haproxy.LogTap, m *metrics.Metrics, log *slog.Logger) *Supervisor {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Output == nil {
+		opts.Output = os.Stderr
+	}
+	return &Supervisor{opts: opts, reaper: rp, reloader: rl, cli: cli, tap: tap, metrics: m,
+		log: log.With("component", "supervisor")}
+}
+
+// Healthy reports whether the master runs and is not being stopped.
+func (s *Supervisor) Healthy() error {
+	c := s.master.Load()
+	switch {
+	case c == nil:
+		return errors.New("haproxy not started")
+	case isDone(c):
+		return errors.New("haproxy master exited")
+	case s.stopping.Load():
+		return errors.New("stopping")
+	case !s.ready.Load():
+		return errors.New("haproxy starting")
+	}
+	return nil
+}
+
+func isDone(c *reaper.Child) bool {
+	select {
+	case <-c.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// Run starts HAProxy and supervises it until the master exits, and returns
+// the exit code for the process: the master's, or 128+signal. Cancelling
+// ctx is a graceful stop, as SIGTERM is.
+func (s *Supervisor) Run(ctx context.Context) int {
+	sigs := make(chan os.Signal, 64)
+	signal.Notify(sigs, append(append(append([]os.Signal{}, reloadSignals...), stopSignals...), forwarded...)...)
+	defer signal.Stop(sigs)
+
+	master, err := s.start()
+	if err != nil {
+		s.log.Error("cannot start haproxy", "err", err)
+		return 127
+	}
+	s.master.Store(master)
+	s.metrics.HAProxyUp.Set(1)
+	s.log.Info("haproxy started", "pid", master.Pid, "args", s.opts.Args)
+
+	rctx, stopReloads := context.WithCancel(context.Background())
+	defer stopReloads()
+	go s.reloader.Run(rctx)
+	go s.awaitReady(rctx)
+
+	var grace, kill <-chan time.Time
+	stop := func(why string) {
+		if s.stopping.Swap(true) {
+			return
+		}
+		stopReloads()
+		s.log.Info("stopping: haproxy stops accepting and lets in-flight requests finish",
+			"why", why, "grace", s.opts.StopGrace)
+		_ = master.Signal(syscall.SIGUSR1)
+		grace = time.After(s.opts.StopGrace)
+	}
+	hardStop := func(why string) {
+		s.log.Warn("stopping haproxy hard; connections still open are closed", "why", why)
+		_ = master.Signal(syscall.SIGTERM)
+		grace, kill = nil, time.After(hardStopWait)
+	}
+	ctxDone := ctx.Done()
+	for {
+		select {
+		case <-master.Done():
+			return s.exited(master)
+		case <-ctxDone:
+			ctxDone = nil
+			stop("context cancelled")
+		case <-grace:
+			hardStop(fmt.Sprintf("drain did not finish within %s (SEAMLESS_STOP_GRACE)", s.opts.StopGrace))
+		case <-kill:
+			s.log.Error("haproxy did not exit after SIGTERM, killing it", "pid", master.Pid)
+			_ = syscall.Kill(-master.Pid, syscall.SIGKILL)
+			kill = nil
+		case sig := <-sigs:
+			s.handle(sig.(syscall.Signal), master, stop, hardStop)
+		}
+	}
+}
+
+func (s *Supervisor) handle(sig syscall.Signal, master *reaper.Child, stop, hardStop func(string)) {
+	name := signalName(sig)
+	switch sig {
+	case syscall.SIGHUP, syscall.SIGUSR2:
+		if s.stopping.Load() {
+			s.log.Info("ignoring reload request while stopping", "signal", name)
+			return
+		}
+		s.reloader.Request(name)
+	case syscall.SIGTERM, syscall.SIGINT:
+		if s.stopping.Load() {
+			hardStop("second " + name)
+			return
+		}
+		stop(name)
+	default:
+		s.log.Info("forwarding signal to haproxy master", "signal", name)
+		_ = master.Signal(sig)
+	}
+}
+
+func (s *Supervisor) start() (*reaper.Child, error) {
+	path, err := exec.LookPath(s.opts.Bin)
+	if err != nil {
+		return nil, err
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	// HAProxy gets its own process group: a terminal's Ctrl-C reaches only
+	// us, and we decide between a drain and a hard stop.
+	c, err := s.reaper.Start(path, append([]string{s.opts.Bin}, s.opts.Args...), &syscall.ProcAttr{
+		Env:   s.opts.Env,
+		Files: []uintptr{os.Stdin.Fd(), pw.Fd(), pw.Fd()},
+		Sys:   &syscall.SysProcAttr{Setpgid: true},
+	})
+	pw.Close()
+	if err != nil {
+		pr.Close()
+		return nil, err
+	}
+	go func() {
+		defer pr.Close()
+		s.tap.Copy(pr, s.opts.Output)
+	}()
+	return c, nil
+}
+
+// awaitReady logs once the first worker serves.
+func (s *Supervisor) awaitReady(ctx context.Context) {
+	p, err := s.cli.WaitShowProc(ctx, func(p haproxy.Procs) bool { return len(p.Workers) > 0 })
+	if err != nil {
+		return
+	}
+	s.ready.Store(true)
+	s.metrics.LastReloadSuccess.SetToCurrentTime()
+	s.metrics.Workers.WithLabelValues("current").Set(float64(len(p.Workers)))
+	s.log.Info("haproxy ready", "version", p.Master.Version, "master", p.Master.Pid, "workers", len(p.Workers))
+}
+
+// exited reports the master's end, stops whatever it left behind, and
+// returns the process's exit code.
+func (s *Supervisor) exited(master *reaper.Child) int {
+	st := master.Status()
+	s.metrics.HAProxyUp.Set(0)
+	if s.stopping.Load() {
+		s.log.Info("haproxy stopped", "status", st.String())
+	} else {
+		s.log.Error("haproxy master exited on its own; exiting with its status so the restart policy applies",
+			"status", st.String())
+	}
+	s.killGroup(master.Pid)
+	return st.ExitCode()
+}
+
+// killGroup stops workers that outlived their master (they are in its
+// process group), so that seamless never exits leaving HAProxy behind.
+func (s *Supervisor) killGroup(pgid int) {
+	if syscall.Kill(-pgid, 0) != nil {
+		return
+	}
+	s.log.Warn("stopping haproxy processes left behind by the master", "pgid", pgid)
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	deadline := time.Now().Add(hardStopWait)
+	for time.Now().Before(deadline) {
+		if syscall.Kill(-pgid, 0) != nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+}
+
+func signalName(sig syscall.Signal) string { return unix.SignalName(sig) }
