@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seamless-lb/seamless/entrypoint/internal/testenv"
+	"github.com/seamless-lb/seamless/internal/testenv"
 	"github.com/seamless-lb/seamless/entrypoint/reaper"
 )
 

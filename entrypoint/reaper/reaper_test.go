@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seamless-lb/seamless/entrypoint/internal/testenv"
+	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
 func start(t *testing.T) *Reaper {

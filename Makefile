@@ -1,0 +1,52 @@
+# seamless — see README.md. `make demo` runs the demo, `make test` the tests.
+SHELL := /bin/bash
+GO ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+CACHE := $(CURDIR)/.cache
+
+.PHONY: all build deps test demo demo-reload bench-reload clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/seamless ./cmd/seamless
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/demo-backend ./cmd/demo-backend
+
+# HAProxy 2.6 from Debian for the host tests; the package starts a system
+# service that nothing here needs, so it is stopped again.
+deps:
+	@if ! command -v haproxy >/dev/null; then \
+		echo "installing haproxy"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; \
+		service haproxy stop >/dev/null 2>&1 || systemctl stop haproxy >/dev/null 2>&1 || true; \
+	fi
+	@haproxy -v | head -1
+
+test: deps
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 30m ./...
+
+# HAProxy with the demo config and three demo backends, on 127.0.0.1:
+# http://127.0.0.1:5001 (the service), http://127.0.0.1:8404/haproxy?stats,
+# http://127.0.0.1:8405/metrics (seamless). Ctrl-C drains and stops.
+demo: deps build
+	@mkdir -p $(CACHE)/demo-run
+	@trap 'kill $$(jobs -p) 2>/dev/null; wait' EXIT; \
+	for i in 1 2 3; do bin/demo-backend -listen 127.0.0.1:900$$i -name web$$i & done; \
+	SEAMLESS_RUN_DIR=$(CACHE)/demo-run SEAMLESS_STATUS_ADDR=127.0.0.1:8405 \
+		bin/seamless haproxy -f demo/haproxy.cfg & echo $$! > $(CACHE)/demo.pid; \
+	wait $$(cat $(CACHE)/demo.pid)
+
+# Validated, lossless reload of the running demo (edit demo/haproxy.cfg first).
+demo-reload:
+	kill -HUP $$(cat $(CACHE)/demo.pid)
+
+# Reload benchmark: seamless vs plain -W vs the -sf script vs a restart.
+BENCH_FLAGS ?=
+bench-reload: deps build
+	$(GO) run ./cmd/seamless-bench reload -seamless bin/seamless $(BENCH_FLAGS)
+
+clean:
+	rm -rf bin $(CACHE)

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/seamless-lb/seamless/entrypoint/config"
+	"github.com/seamless-lb/seamless/internal/testenv"
+)
+
+// runBinary runs the built seamless with extra environment.
+func runBinary(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(seamlessBin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), o.String(), e.String()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0, o.String(), e.String()
+}
+
+func TestCheckCommand(t *testing.T) {
+	testenv.HAProxy(t)
+	s := newSite(t, startBackend(t))
+	s.write(t, 1)
+	code, out, errOut := runBinary(t, nil, "check", "-f", s.path)
+	if code != 0 || !strings.Contains(out, "configuration is valid") {
+		t.Errorf("valid config: exit %d, %q %q", code, out, errOut)
+	}
+
+	s.extraFE = "    bogus-directive\n"
+	s.write(t, 2)
+	code, _, errOut = runBinary(t, []string{"SEAMLESS_CONFIG=" + s.path}, "check")
+	if code != exitInvalid {
+		t.Errorf("invalid config: exit %d, want %d", code, exitInvalid)
+	}
+	if !strings.Contains(errOut, "haproxy.cfg:11]") || !strings.Contains(errOut, "bogus-directive") {
+		t.Errorf("HAProxy's error lines are missing:\n%s", errOut)
+	}
+
+	code, _, _ = runBinary(t, []string{"SEAMLESS_HAPROXY_BIN=/nonexistent/haproxy"}, "check", "-f", s.path)
+	if code != exitNoRun {
+		t.Errorf("missing haproxy: exit %d, want %d", code, exitNoRun)
+	}
+}
+
+// A bad variable stops seamless before HAProxy starts, naming the variable.
+func TestBadEnvironmentExits2(t *testing.T) {
+	s := newSite(t, startBackend(t))
+	s.write(t, 1)
+	code, _, errOut := runBinary(t, []string{"SEAMLESS_STOP_GRACE=forever"}, "haproxy", "-f", s.path)
+	if code != exitUsage || !strings.Contains(errOut, "SEAMLESS_STOP_GRACE") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+	if strings.Contains(errOut, "haproxy started") {
+		t.Error("HAProxy was started despite the bad variable")
+	}
+}
+
+func TestEnvAndHelpCommands(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"seamless", "env"}, &out, &errOut); code != 0 {
+		t.Fatalf("env: exit %d", code)
+	}
+	for _, v := range config.Vars() {
+		if !strings.Contains(out.String(), v.Name) {
+			t.Errorf("seamless env lacks %s", v.Name)
+		}
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"seamless", "frobnicate"}, &out, &errOut); code != exitUsage {
+		t.Errorf("unknown command: exit %d, want %d", code, exitUsage)
+	}
+}
+
+func TestVersionCommand(t *testing.T) {
+	testenv.HAProxy(t)
+	code, out, _ := runBinary(t, nil, "version")
+	if code != 0 || !strings.Contains(out, "seamless ") || !strings.Contains(out, "HAProxy 2.") && !strings.Contains(out, "HAProxy 3.") {
+		t.Errorf("exit %d, %q", code, out)
+	}
+}
+
+// The README documents every variable, with its default.
+func TestREADMEListsEveryVariable(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range config.Vars() {
+		if !strings.Contains(string(b), "`"+v.Name+"`") {
+			t.Errorf("README.md does not document %s", v.Name)
+		}
+	}
+}

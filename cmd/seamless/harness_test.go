@@ -1,0 +1,373 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/seamless-lb/seamless/entrypoint/haproxy"
+	"github.com/seamless-lb/seamless/internal/testenv"
+)
+
+// The tests in this package run the real seamless binary around the real
+// HAProxy: what a reload drops or keeps is HAProxy's to decide.
+
+var seamlessBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "seamless-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	seamlessBin = filepath.Join(dir, "seamless")
+	build := exec.Command("go", "build", "-o", seamlessBin, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building seamless:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// backend is an HTTP server in the test process: "/" answers at once,
+// "/slow?ms=N" after N milliseconds and reports on started when it begins.
+type backend struct {
+	addr    string
+	started chan string
+}
+
+func startBackend(t *testing.T) *backend {
+	t.Helper()
+	b := &backend{started: make(chan string, 16)}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
+		ms, _ := strconv.Atoi(r.URL.Query().Get("ms"))
+		select {
+		case b.started <- r.URL.RawQuery:
+		default:
+		}
+		select {
+		case <-time.After(time.Duration(ms) * time.Millisecond):
+			io.WriteString(w, "slow ok\n")
+		case <-r.Context().Done():
+		}
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	b.addr = ln.Addr().String()
+	return b
+}
+
+// site is a HAProxy configuration whose version the tests can change and
+// observe: /version answers the number of the config that served it.
+type site struct {
+	path     string
+	port     int
+	backend  string
+	extraFE  string
+	noIdleKA bool
+}
+
+func (s *site) write(t testing.TB, version int) {
+	t.Helper()
+	idle := "    option idle-close-on-response\n"
+	if s.noIdleKA {
+		idle = ""
+	}
+	cfg := fmt.Sprintf(`global
+    log stderr format raw local0 notice
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 30s
+    timeout server 30s
+%sfrontend fe
+    bind 127.0.0.1:%d
+%s    http-request return status 200 content-type text/plain string "v%d" if { path /version }
+    default_backend be
+backend be
+    server s1 %s
+`, idle, s.port, s.extraFE, version, s.backend)
+	writeAtomic(t, s.path, cfg)
+}
+
+// writeAtomic replaces a file the way a template renderer would.
+func writeAtomic(t testing.TB, path, content string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newSite(t *testing.T, be *backend) *site {
+	return &site{path: filepath.Join(t.TempDir(), "haproxy.cfg"), port: testenv.FreePort(t), backend: be.addr}
+}
+
+func (s *site) addr() string { return testenv.Addr(s.port) }
+
+// syncBuffer collects a process's output for failure messages and greps.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// instance is a running seamless.
+type instance struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	pid    int // seamless's pid as seen from here (PID 1 inside a namespace)
+	status string
+	runDir string
+	out    *syncBuffer
+	exited chan struct{}
+	code   int
+}
+
+type startOpts struct {
+	pid1 bool     // run as PID 1 of a new PID namespace
+	env  []string // extra SEAMLESS_* variables
+	args []string // defaults to "haproxy -f <site>"
+}
+
+func startSeamless(t *testing.T, s *site, o startOpts) *instance {
+	t.Helper()
+	in := &instance{t: t, runDir: filepath.Join(t.TempDir(), "run"), out: &syncBuffer{}, exited: make(chan struct{})}
+	in.status = testenv.Addr(testenv.FreePort(t))
+	args := o.args
+	if args == nil {
+		args = []string{"haproxy", "-f", s.path}
+	}
+	argv := append([]string{seamlessBin}, args...)
+	if o.pid1 {
+		argv = append([]string{"unshare", "--pid", "--fork", "--mount-proc"}, argv...)
+	}
+	in.cmd = exec.Command(argv[0], argv[1:]...)
+	in.cmd.Env = append(os.Environ(), "SEAMLESS_RUN_DIR="+in.runDir, "SEAMLESS_STATUS_ADDR="+in.status,
+		"SEAMLESS_LOG_LEVEL=debug")
+	in.cmd.Env = append(in.cmd.Env, o.env...)
+	in.cmd.Stdout, in.cmd.Stderr = in.out, in.out
+	in.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := in.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = in.cmd.Wait()
+		in.code = in.cmd.ProcessState.ExitCode()
+		close(in.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-in.exited:
+		default:
+			_ = syscall.Kill(-in.cmd.Process.Pid, syscall.SIGKILL)
+			<-in.exited
+		}
+		if t.Failed() {
+			t.Logf("seamless output:\n%s", in.out.String())
+		}
+	})
+	in.pid = in.cmd.Process.Pid
+	if o.pid1 {
+		testenv.Eventually(t, 10*time.Second, "seamless started inside the namespace", func() bool {
+			kids := childrenOf(in.cmd.Process.Pid)
+			if len(kids) == 1 {
+				in.pid = kids[0]
+				return true
+			}
+			return false
+		})
+	}
+	return in
+}
+
+// waitReady waits until /healthz is 200 and the frontend answers.
+func (in *instance) waitReady(s *site) {
+	in.t.Helper()
+	testenv.Eventually(in.t, 20*time.Second, "seamless healthy and serving", func() bool {
+		select {
+		case <-in.exited:
+			in.t.Fatalf("seamless exited with %d before it was ready", in.code)
+		default:
+		}
+		code, _ := httpGet("http://" + in.status + "/healthz")
+		if code != 200 {
+			return false
+		}
+		code, _ = httpGet("http://" + s.addr() + "/version")
+		return code == 200
+	})
+}
+
+func (in *instance) signal(sig syscall.Signal) {
+	in.t.Helper()
+	if err := syscall.Kill(in.pid, sig); err != nil {
+		in.t.Fatalf("signal %v: %v", sig, err)
+	}
+}
+
+// wait returns seamless's exit code, failing after timeout.
+func (in *instance) wait(timeout time.Duration) int {
+	in.t.Helper()
+	select {
+	case <-in.exited:
+		return in.code
+	case <-time.After(timeout):
+		in.t.Fatalf("seamless did not exit within %s", timeout)
+		return -1
+	}
+}
+
+// metric reads one sample from /metrics, e.g.
+// `seamless_reloads_total{result="success"}`.
+func (in *instance) metric(name string) float64 {
+	in.t.Helper()
+	code, body := httpGet("http://" + in.status + "/metrics")
+	if code != 200 {
+		in.t.Fatalf("/metrics answered %d", code)
+	}
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				in.t.Fatal(err)
+			}
+			return f
+		}
+	}
+	in.t.Fatalf("metric %s not found", name)
+	return 0
+}
+
+const (
+	successes = `seamless_reloads_total{result="success"}`
+	failures  = `seamless_reloads_total{result="failure"}`
+)
+
+func (in *instance) cli() *haproxy.MasterCLI {
+	return haproxy.NewMasterCLI(filepath.Join(in.runDir, "master.sock"))
+}
+
+func (in *instance) showProc() haproxy.Procs {
+	in.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := in.cli().WaitShowProc(ctx, func(p haproxy.Procs) bool { return len(p.Workers) > 0 })
+	if err != nil {
+		in.t.Fatal(err)
+	}
+	return p
+}
+
+// version asks the frontend which config version serves it.
+func served(s *site) string {
+	_, body := httpGet("http://" + s.addr() + "/version")
+	return body
+}
+
+func httpGet(url string) (int, string) {
+	c := http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+// childrenOf lists the pids whose parent is pid.
+func childrenOf(pid int) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, ok := procStat(p); ok && st.ppid == pid {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+type stat struct {
+	state byte
+	ppid  int
+}
+
+func procStat(pid int) (stat, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return stat{}, false
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 2 {
+		return stat{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return stat{state: f[0][0], ppid: ppid}, true
+}
+
+// descendants returns pid's whole process tree below it.
+func descendants(pid int) []int {
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		kids := childrenOf(queue[0])
+		queue = append(queue[1:], kids...)
+		out = append(out, kids...)
+	}
+	return out
+}
+
+// zombies lists the processes below pid that are zombies.
+func zombies(pid int) []int {
+	var z []int
+	for _, p := range descendants(pid) {
+		if st, ok := procStat(p); ok && st.state == 'Z' {
+			z = append(z, p)
+		}
+	}
+	return z
+}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/seamless-lb/seamless/internal/testenv"
+)
+
+// These run seamless as PID 1 of a new PID namespace, as in a container.
+
+func requireUnshare(t *testing.T) {
+	t.Helper()
+	testenv.HAProxy(t)
+	if os.Geteuid() != 0 {
+		t.Skip("unshare --pid needs root")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("unshare not installed")
+	}
+}
+
+// orphanMaker is a haproxy that leaves orphans behind every time it runs
+// (start-up and every haproxy -c): they are reparented to PID 1, which must
+// reap them.
+func orphanMaker(t *testing.T) string {
+	t.Helper()
+	real, _ := exec.LookPath("haproxy")
+	p := filepath.Join(t.TempDir(), "haproxy-with-orphans")
+	script := fmt.Sprintf("#!/bin/sh\n(true &) ; (sleep 0.05 &) ; (exit 3 &)\nexec %s \"$@\"\n", real)
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestPID1ReapsOrphans(t *testing.T) {
+	requireUnshare(t)
+	s := newSite(t, startBackend(t))
+	s.write(t, 1)
+	in := startSeamless(t, s, startOpts{pid1: true, env: []string{"SEAMLESS_HAPROXY_BIN=" + orphanMaker(t)},
+		args: []string{"-f", s.path}})
+	in.waitReady(s)
+	for i := range 20 {
+		before := in.metric(successes)
+		in.signal(syscall.SIGHUP)
+		testenv.Eventually(t, 30*time.Second, fmt.Sprintf("reload %d", i), func() bool { return in.metric(successes) > before })
+	}
+	// 21 runs of the wrapper left 63 orphans, plus HAProxy's old workers.
+	testenv.Eventually(t, 10*time.Second, "no zombie in the namespace", func() bool {
+		return len(zombies(in.pid)) == 0
+	})
+	testenv.Eventually(t, 10*time.Second, "only the master and one worker left", func() bool {
+		return len(descendants(in.pid)) == 2
+	})
+	if !strings.Contains(in.out.String(), "reaped orphan") {
+		t.Error("no orphan was reaped by seamless")
+	}
+	in.signal(syscall.SIGTERM)
+	if code := in.wait(15 * time.Second); code != 0 {
+		t.Errorf("exit code %d after a clean drain, want 0", code)
+	}
+}
+
+func TestPID1PropagatesExitCodes(t *testing.T) {
+	requireUnshare(t)
+	t.Run("master killed by a signal: 128+signal", func(t *testing.T) {
+		s := newSite(t, startBackend(t))
+		s.write(t, 1)
+		in := startSeamless(t, s, startOpts{pid1: true})
+		in.waitReady(s)
+		master := in.showProc().Master.Pid
+		// The master's pid inside the namespace; find it from here.
+		var hostPid int
+		for _, p := range childrenOf(in.pid) {
+			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", p)); strings.Contains(string(b), fmt.Sprintf("NSpid:\t%d\t%d", p, master)) {
+				hostPid = p
+			}
+		}
+		if hostPid == 0 {
+			t.Fatalf("master %d not found below seamless", master)
+		}
+		if err := syscall.Kill(hostPid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		if code := in.wait(15 * time.Second); code != 128+9 {
+			t.Errorf("exit code %d, want %d", code, 128+9)
+		}
+		if !strings.Contains(in.out.String(), "haproxy master exited on its own") {
+			t.Error("the master's death was not logged")
+		}
+	})
+	t.Run("haproxy refuses to start: its exit code", func(t *testing.T) {
+		s := newSite(t, startBackend(t))
+		s.extraFE = "    bogus-directive\n"
+		s.write(t, 1)
+		in := startSeamless(t, s, startOpts{pid1: true})
+		if code := in.wait(15 * time.Second); code != 1 {
+			t.Errorf("exit code %d, want HAProxy's 1", code)
+		}
+	})
+}
+
+// TestTERMDrainsInFlightRequests: SIGTERM lets a slow request finish, then
+// seamless exits 0.
+func TestTERMDrainsInFlightRequests(t *testing.T) {
+	requireUnshare(t)
+	be := startBackend(t)
+	s := newSite(t, be)
+	s.write(t, 1)
+	in := startSeamless(t, s, startOpts{pid1: true})
+	in.waitReady(s)
+
+	result := slowRequest(t, s, 1500)
+	<-be.started
+	in.signal(syscall.SIGTERM)
+	if r := <-result; r != "200 slow ok" {
+		t.Errorf("in-flight request got %q, want 200", r)
+	}
+	if code := in.wait(15 * time.Second); code != 0 {
+		t.Errorf("exit code %d after a clean drain, want 0", code)
+	}
+}
+
+// TestDrainIsBounded: a request longer than SEAMLESS_STOP_GRACE is cut and
+// seamless still exits, well before a container runtime would SIGKILL it.
+func TestDrainIsBounded(t *testing.T) {
+	requireUnshare(t)
+	be := startBackend(t)
+	s := newSite(t, be)
+	s.write(t, 1)
+	in := startSeamless(t, s, startOpts{pid1: true, env: []string{"SEAMLESS_STOP_GRACE=500ms"}})
+	in.waitReady(s)
+
+	result := slowRequest(t, s, 60_000)
+	<-be.started
+	begin := time.Now()
+	in.signal(syscall.SIGTERM)
+	in.wait(15 * time.Second)
+	if d := time.Since(begin); d > 10*time.Second {
+		t.Errorf("took %s to stop with a 500ms grace", d)
+	}
+	if r := <-result; strings.HasPrefix(r, "200") {
+		t.Errorf("a request longer than the grace completed: %q", r)
+	}
+	if !strings.Contains(in.out.String(), "drain did not finish") {
+		t.Error("the cut drain was not logged")
+	}
+}
+
+func slowRequest(t *testing.T, s *site, ms int) <-chan string {
+	t.Helper()
+	out := make(chan string, 1)
+	go func() {
+		c := http.Client{Timeout: 90 * time.Second}
+		resp, err := c.Get(fmt.Sprintf("http://%s/slow?ms=%d", s.addr(), ms))
+		if err != nil {
+			out <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		out <- fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
+	}()
+	return out
+}

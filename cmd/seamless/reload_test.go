@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/seamless-lb/seamless/internal/testenv"
+	"github.com/seamless-lb/seamless/integration/loadgen"
+)
+
+// startLoad runs both kinds of client at once: one connection per request,
+// and keep-alive clients that never retry (the ones plain master-worker
+// fails at reloads).
+func startLoad(t *testing.T, s *site) (newConn, keepAlive *loadgen.Load) {
+	t.Helper()
+	mk := func(m loadgen.Mode) *loadgen.Load {
+		l, err := loadgen.Start(context.Background(), loadgen.Config{
+			Target: s.addr(), Mode: m, Workers: 8,
+			MaxRequests: 5_000_000, MaxDuration: 5 * time.Minute,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Stop() })
+		return l
+	}
+	return mk(loadgen.NewConn), mk(loadgen.KeepAlive)
+}
+
+func requireNoFailures(t *testing.T, name string, r loadgen.Result) {
+	t.Helper()
+	t.Logf("%s: %d requests, %d failed %v", name, r.Requests, r.Failed, r.Errors)
+	if r.Requests < 100 {
+		t.Errorf("%s: only %d requests; the load did not run", name, r.Requests)
+	}
+	if r.Failed != 0 {
+		t.Errorf("%s: %d of %d requests failed: %v", name, r.Failed, r.Requests, r.Errors)
+	}
+}
+
+// TestHUPUnderLoadDropsNothing: 100 SIGHUPs, the config changing before
+// every other one, under both kinds of client: no request fails, every
+// reload is confirmed, and the last config is the one running.
+func TestHUPUnderLoadDropsNothing(t *testing.T) {
+	testenv.HAProxy(t)
+	be := startBackend(t)
+	s := newSite(t, be)
+	s.write(t, 0)
+	in := startSeamless(t, s, startOpts{})
+	in.waitReady(s)
+	nc, ka := startLoad(t, s)
+
+	const hups = 100
+	last := 0
+	for i := 1; i <= hups; i++ {
+		if i%2 == 0 {
+			last = i
+			s.write(t, last)
+		}
+		before := in.metric(successes)
+		in.signal(syscall.SIGHUP)
+		testenv.Eventually(t, 30*time.Second, fmt.Sprintf("reload %d confirmed", i), func() bool {
+			return in.metric(successes) > before
+		})
+	}
+	testenv.Eventually(t, 10*time.Second, "last config serves", func() bool { return served(s) == fmt.Sprintf("v%d", last) })
+	requireNoFailures(t, "new connection per request", nc.Stop())
+	requireNoFailures(t, "keep-alive without retries", ka.Stop())
+	if f := in.metric(failures); f != 0 {
+		t.Errorf("%v reloads failed", f)
+	}
+	if got := in.metric(successes); got != hups {
+		t.Errorf("%v confirmed reloads, want %d", got, hups)
+	}
+}
+
+// TestHUPStormEndsWithTheLastFile: 50 HUPs 5 ms apart, the file changing
+// before each. Plain HAProxy drops signals that arrive while it re-executes;
+// here they coalesce and the newest file ends up running.
+func TestHUPStormEndsWithTheLastFile(t *testing.T) {
+	testenv.HAProxy(t)
+	be := startBackend(t)
+	s := newSite(t, be)
+	s.write(t, 0)
+	in := startSeamless(t, s, startOpts{})
+	in.waitReady(s)
+	nc, ka := startLoad(t, s)
+
+	const storm = 50
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for i := 1; i <= storm; i++ {
+		s.write(t, i)
+		in.signal(syscall.SIGHUP)
+		<-tick.C
+	}
+	// The kernel merges a signal that is already pending, so fewer than 50
+	// requests may reach seamless; what matters is that the newest file runs.
+	testenv.Eventually(t, 30*time.Second, "the last file runs", func() bool { return served(s) == fmt.Sprintf("v%d", storm) })
+	requireNoFailures(t, "new connection per request", nc.Stop())
+	requireNoFailures(t, "keep-alive without retries", ka.Stop())
+	t.Logf("%d HUPs became %v reloads (%v coalesced)", storm, in.metric(successes), in.metric("seamless_reload_requests_coalesced_total"))
+	if f := in.metric(failures); f != 0 {
+		t.Errorf("%v reloads failed", f)
+	}
+}
+
+// TestInvalidConfigKeepsServing: a broken file on HUP is refused with
+// HAProxy's file:line message, traffic keeps flowing on the old config, and
+// the next good file is applied.
+func TestInvalidConfigKeepsServing(t *testing.T) {
+	testenv.HAProxy(t)
+	be := startBackend(t)
+	s := newSite(t, be)
+	s.write(t, 1)
+	in := startSeamless(t, s, startOpts{})
+	in.waitReady(s)
+	nc, ka := startLoad(t, s)
+
+	s.extraFE = "    bogus-directive here\n"
+	s.write(t, 2)
+	in.signal(syscall.SIGHUP)
+	testenv.Eventually(t, 30*time.Second, "refusal counted", func() bool {
+		return in.metric("seamless_config_errors_total") == 1 && in.metric(failures) == 1
+	})
+	if !strings.Contains(in.out.String(), "haproxy.cfg:11]") || !strings.Contains(in.out.String(), "bogus-directive") {
+		t.Error("the log does not name the file, line and directive")
+	}
+	if v := served(s); v != "v1" {
+		t.Errorf("serving %q after a refused config, want v1", v)
+	}
+
+	s.extraFE = ""
+	s.write(t, 3)
+	in.signal(syscall.SIGHUP)
+	testenv.Eventually(t, 30*time.Second, "fixed config applied and confirmed", func() bool {
+		return served(s) == "v3" && in.metric(successes) == 1
+	})
+	requireNoFailures(t, "new connection per request", nc.Stop())
+	requireNoFailures(t, "keep-alive without retries", ka.Stop())
+}
+
+// TestFailedReloadIsVisible: a bind error passes haproxy -c but fails the
+// reload. Plain HAProxy hides it; seamless counts and logs it while the old
+// worker keeps serving.
+func TestFailedReloadIsVisible(t *testing.T) {
+	testenv.HAProxy(t)
+	be := startBackend(t)
+	s := newSite(t, be)
+	s.write(t, 1)
+	in := startSeamless(t, s, startOpts{})
+	in.waitReady(s)
+
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	s.extraFE = fmt.Sprintf("    bind %s\n", busy.Addr())
+	s.write(t, 2)
+	in.signal(syscall.SIGHUP)
+	testenv.Eventually(t, 30*time.Second, "failed reload counted", func() bool { return in.metric(failures) == 1 })
+	if in.metric("seamless_config_errors_total") != 0 {
+		t.Error("a bind error was counted as a config error; haproxy -c cannot see it")
+	}
+	testenv.Eventually(t, 5*time.Second, "failure logged with HAProxy's message", func() bool {
+		out := in.out.String()
+		return strings.Contains(out, "reload failed") && strings.Contains(out, "cannot bind socket")
+	})
+	if v := served(s); v != "v1" {
+		t.Errorf("serving %q, want v1 from the old worker", v)
+	}
+}
