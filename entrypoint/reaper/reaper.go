@@ -18,6 +18,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -55,6 +56,7 @@ func (s Status) String() string {
 // Child is a process started through Reaper.Start.
 type Child struct {
 	Pid  int
+	r    *Reaper
 	done chan struct{}
 	st   Status
 }
@@ -76,8 +78,11 @@ func (c *Child) Wait(ctx context.Context) (Status, error) {
 }
 
 // Signal sends sig to the child unless it has already been reaped (its pid
-// could then belong to somebody else).
+// could then belong to somebody else). Reaping happens under the same lock,
+// so a child that is not done is still ours to signal.
 func (c *Child) Signal(sig syscall.Signal) error {
+	c.r.mu.Lock()
+	defer c.r.mu.Unlock()
 	select {
 	case <-c.done:
 		return os.ErrProcessDone
@@ -115,6 +120,9 @@ func BecomeSubreaper() error {
 	return nil
 }
 
+// afterFork lets a test hold a new child between fork and registration.
+var afterFork func(pid int)
+
 // Start forks and execs argv0. The registry lock is held across the fork so
 // that the reaper cannot hand the exit status of a fast child to nobody.
 func (r *Reaper) Start(argv0 string, argv []string, attr *syscall.ProcAttr) (*Child, error) {
@@ -124,7 +132,10 @@ func (r *Reaper) Start(argv0 string, argv []string, attr *syscall.ProcAttr) (*Ch
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", argv0, err)
 	}
-	c := &Child{Pid: pid, done: make(chan struct{})}
+	if afterFork != nil {
+		afterFork(pid)
+	}
+	c := &Child{Pid: pid, r: r, done: make(chan struct{})}
 	r.children[pid] = c
 	return c, nil
 }
@@ -155,33 +166,57 @@ func (r *Reaper) Run(ctx context.Context) {
 	}
 }
 
+// reapAll reaps every exited child. A child is first only looked at
+// (WNOWAIT), then reaped and handed over under the lock: its pid cannot be
+// reused by a newly started child, nor signalled by Child.Signal, while its
+// status is on its way.
 func (r *Reaper) reapAll() {
 	for {
-		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-		if err == syscall.EINTR {
-			continue
-		}
-		if pid <= 0 || err != nil {
-			return // ECHILD: no children; 0: none has exited
-		}
-		if ws.Stopped() || ws.Continued() {
-			continue
+		pid := exited()
+		if pid <= 0 {
+			return
 		}
 		r.mu.Lock()
+		var ws syscall.WaitStatus
+		_, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
 		c, ok := r.children[pid]
-		if ok {
-			delete(r.children, pid)
-		} else {
-			r.orphans++
+		if err == nil {
+			if ok {
+				delete(r.children, pid)
+				c.st = Status{Pid: pid, Wait: ws}
+				close(c.done)
+			} else {
+				r.orphans++
+			}
 		}
 		r.mu.Unlock()
-		st := Status{Pid: pid, Wait: ws}
-		if ok {
-			c.st = st
-			close(c.done)
-			continue
+		if err == nil && !ok {
+			r.log.Debug("reaped orphan", "pid", pid, "status", Status{Pid: pid, Wait: ws}.String())
 		}
-		r.log.Debug("reaped orphan", "pid", pid, "status", st.String())
+	}
+}
+
+// siginfo is the part of Linux's siginfo_t that waitid fills for a child.
+type siginfo struct {
+	signo, errno, code int32
+	_                  int32
+	pid                int32
+	_                  [108]byte
+}
+
+// exited returns the pid of an exited child without reaping it, or 0.
+func exited() int {
+	for {
+		var si siginfo
+		_, _, e := unix.Syscall6(unix.SYS_WAITID, unix.P_ALL, 0, uintptr(unsafe.Pointer(&si)),
+			unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, 0, 0)
+		switch e {
+		case 0:
+			return int(si.pid) // 0 when no child has exited yet
+		case syscall.EINTR:
+			continue
+		default:
+			return 0 // ECHILD: no children at all
+		}
 	}
 }
