@@ -62,6 +62,10 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 	cli := haproxy.NewMasterCLI(cl.MasterSocket)
 	env := haproxy.CleanEnv(os.Environ())
 	validator := &haproxy.Validator{Bin: bin, Args: cl.CheckArgs(extra...), Env: env, Run: rp.Output}
+	validator, err = haproxy.WithSpeedup(ctx, validator, cl, extra, filepath.Join(cfg.RunDir, "check-speedup.cfg"))
+	if err != nil {
+		log.Warn("validating at full cost", "err", err)
+	}
 	rl := reload.New(cli, validator, tap, m, log, cfg.ReloadTimeout)
 	sup := supervisor.New(supervisor.Options{
 		Bin: bin, Args: cl.RunArgs(extra...), Env: env, StopGrace: cfg.StopGrace,

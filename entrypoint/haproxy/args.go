@@ -39,6 +39,12 @@ func ParseCommandLine(args []string, defaultSocket string) (*CommandLine, error)
 	var files []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
+		if a == "--" {
+			// Every following word is a configuration file.
+			files = append(files, args[i+1:]...)
+			cl.Args = append(cl.Args, args[i:]...)
+			break
+		}
 		switch a {
 		case "-W", "-Ws", "-db":
 			continue // always added

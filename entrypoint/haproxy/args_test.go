@@ -45,6 +45,13 @@ func TestParseCommandLine(t *testing.T) {
 			dropped: []string{"-D", "-sf", "12", "34", "-x", "/x.sock"},
 		},
 		{
+			name:   "files after -- are configuration files too",
+			args:   []string{"-f", "a.cfg", "--", "b.cfg", "c.cfg"},
+			want:   []string{"-f", "a.cfg", "--", "b.cfg", "c.cfg"},
+			socket: sock + ",mode,600",
+			files:  []string{"a.cfg", "b.cfg", "c.cfg"},
+		},
+		{
 			name:   "relative files resolve against -C, in order, directories too",
 			args:   []string{"-C", "/etc/hap", "-f", "a.cfg", "-f", "/abs/conf.d", "-L", "peer1"},
 			want:   []string{"-C", "/etc/hap", "-f", "a.cfg", "-f", "/abs/conf.d", "-L", "peer1"},

@@ -129,6 +129,12 @@ func (m *MasterCLI) Reload(ctx context.Context) (ReloadResult, error) {
 			msgs = rest
 		}
 		res.Messages = strings.TrimSpace(msgs)
+		if !res.OK {
+			// 3.1+ refuses a reload while one runs without re-executing,
+			// so the counter would never move: report the refusal now.
+			res.Procs, _ = m.ShowProc(ctx)
+			return res, nil
+		}
 	}
 	after, err := m.WaitShowProc(ctx, func(p Procs) bool { return p.Master.Reloads > before.Master.Reloads })
 	if err != nil {

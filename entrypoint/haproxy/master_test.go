@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seamless-lb/seamless/internal/testenv"
 	"github.com/seamless-lb/seamless/entrypoint/reaper"
+	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
 // These tests run the real HAProxy: what a reload does is HAProxy's to

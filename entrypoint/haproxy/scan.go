@@ -62,7 +62,10 @@ func (d *Directives) scanFile(path string) error {
 			d.IdleCloseOnResp = true
 		}
 	}
-	return sc.Err()
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }
 
 // Defaults are the global settings seamless adds when the user's

@@ -3,6 +3,7 @@ package haproxy
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/seamless-lb/seamless/entrypoint/reaper"
@@ -14,24 +15,22 @@ type Runner func(ctx context.Context, argv []string, env []string) ([]byte, reap
 
 // controlVars are the variables HAProxy sets for itself across re-executions
 // of the master. Inherited by `haproxy -c` they would make it believe it is
-// a re-executed master (client-native learnt this the hard way).
-var controlVars = []string{
-	"HAPROXY_MWORKER", "HAPROXY_STARTUPLOGS_FD", "HAPROXY_PROCESSES",
-	"HAPROXY_CLI", "HAPROXY_MASTER_CLI", "HAPROXY_LOCALPEER", "HAPROXY_CFGFILES",
-	"HAPROXY_SOCKETS", "HAPROXY_STARTUP_VERSION", "HAPROXY_BRANCH",
+// a re-executed master (client-native learnt this the hard way). Names are
+// matched whole: a user's HAPROXY_CLIENT_TIMEOUT must survive.
+var controlVars = map[string]bool{
+	"HAPROXY_MWORKER": true, "HAPROXY_MWORKER_REEXEC": true, "HAPROXY_MWORKER_WAIT_ONLY": true,
+	"HAPROXY_MWORKER_LISTENERS": true, "HAPROXY_STARTUPLOGS_FD": true, "HAPROXY_PROCESSES": true,
+	"HAPROXY_CLI": true, "HAPROXY_MASTER_CLI": true, "HAPROXY_LOCALPEER": true, "HAPROXY_CFGFILES": true,
+	"HAPROXY_SOCKETS": true, "HAPROXY_STARTUP_VERSION": true, "HAPROXY_BRANCH": true,
 }
 
 // CleanEnv returns env without HAProxy's own control variables.
 func CleanEnv(env []string) []string {
 	out := make([]string, 0, len(env))
-next:
 	for _, kv := range env {
-		for _, p := range controlVars {
-			if strings.HasPrefix(kv, p) {
-				continue next
-			}
+		if k, _, _ := strings.Cut(kv, "="); !controlVars[k] {
+			out = append(out, kv)
 		}
-		out = append(out, kv)
 	}
 	return out
 }
@@ -107,4 +106,31 @@ func Version(ctx context.Context, run Runner, bin string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%s -v: unexpected output %q", bin, first)
+}
+
+// CheckSpeedup is loaded by `haproxy -c` only, before the user's files. At
+// start-up HAProxy's internal HTTP client loads the system CA bundle, which
+// costs about 40 ms per run on a small machine; a reload pays it anyway, so
+// paying it again for every validation would almost double reload latency.
+// The running HAProxy never sees this file, and a user's own
+// httpclient.ssl.verify still wins because it is read later.
+const CheckSpeedup = "# Written by seamless: loaded by 'haproxy -c' only, never by the running HAProxy.\nglobal\n    httpclient.ssl.verify none\n"
+
+// WithSpeedup returns a copy of v that loads the speed-up file (written at
+// path) before the user's files, if this HAProxy accepts it together with
+// the current configuration; otherwise v itself. base are the arguments
+// that come before the user's (the defaults file).
+func WithSpeedup(ctx context.Context, v *Validator, cl *CommandLine, base []string, path string) (*Validator, error) {
+	if err := os.WriteFile(path, []byte(CheckSpeedup), 0o640); err != nil {
+		return v, err
+	}
+	fast := *v
+	fast.Args = cl.CheckArgs(append(append([]string{}, base...), "-f", path)...)
+	if err := fast.Check(ctx); err != nil {
+		if v.Check(ctx) == nil {
+			return v, fmt.Errorf("this HAProxy refuses %q: %w", strings.TrimSpace(CheckSpeedup), err)
+		}
+		return v, nil // the configuration itself is invalid; HAProxy will say so
+	}
+	return &fast, nil
 }

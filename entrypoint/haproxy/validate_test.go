@@ -7,8 +7,9 @@ import (
 
 func TestCleanEnv(t *testing.T) {
 	in := []string{"PATH=/bin", "HAPROXY_MWORKER_REEXEC=1", "HAPROXY_STARTUPLOGS_FD=5",
-		"HAPROXY_MWORKER=1", "HAPROXY_LOCALPEER=x", "BACKEND_PORT=80", "MY_HAPROXY_MWORKER=keep"}
-	want := []string{"PATH=/bin", "BACKEND_PORT=80", "MY_HAPROXY_MWORKER=keep"}
+		"HAPROXY_MWORKER=1", "HAPROXY_LOCALPEER=x", "BACKEND_PORT=80", "MY_HAPROXY_MWORKER=keep",
+		"HAPROXY_CLIENT_TIMEOUT=30s"}
+	want := []string{"PATH=/bin", "BACKEND_PORT=80", "MY_HAPROXY_MWORKER=keep", "HAPROXY_CLIENT_TIMEOUT=30s"}
 	if got := CleanEnv(in); !reflect.DeepEqual(got, want) {
 		t.Errorf("CleanEnv = %q, want %q", got, want)
 	}

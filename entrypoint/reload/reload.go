@@ -132,6 +132,7 @@ func (r *Reloader) reload(ctx context.Context, reasons []string) Outcome {
 		return o
 	}
 
+	r.log.Debug("configuration valid, reloading", "reason", why, "validated_in", time.Since(start))
 	res, err := r.master.Reload(ctx)
 	o.Result, o.Duration = res, time.Since(start)
 	r.metrics.ReloadDuration.Observe(o.Duration.Seconds())

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -59,41 +60,47 @@ func next(t *testing.T, ch chan Outcome) Outcome {
 	}
 }
 
+// testing/synctest makes "no third reload" provable: once every goroutine
+// in the bubble is blocked, a reload that had started would be waiting on
+// g.started.
 func TestRequestsDuringAReloadCoalesceIntoOneFollowUp(t *testing.T) {
-	g := &gateMaster{started: make(chan struct{}), release: make(chan bool)}
-	r, met, outcomes := run(t, g, checkFunc(func(context.Context) error { return nil }))
+	synctest.Test(t, func(t *testing.T) {
+		g := &gateMaster{started: make(chan struct{}), release: make(chan bool)}
+		r, met, outcomes := run(t, g, checkFunc(func(context.Context) error { return nil }))
 
-	r.Request("SIGHUP")
-	<-g.started // the first reload is in flight
-	for range 10 {
 		r.Request("SIGHUP")
-	}
-	r.Request("SIGUSR2")
-	g.release <- true
-	if o := next(t, outcomes); !o.OK || len(o.Reasons) != 1 {
-		t.Fatalf("first reload: %+v", o)
-	}
+		<-g.started // the first reload is in flight
+		for range 10 {
+			r.Request("SIGHUP")
+		}
+		r.Request("SIGUSR2")
+		g.release <- true
+		if o := <-outcomes; !o.OK || len(o.Reasons) != 1 {
+			t.Fatalf("first reload: %+v", o)
+		}
 
-	<-g.started // exactly one follow-up, carrying every request that waited
-	g.release <- true
-	o := next(t, outcomes)
-	if !o.OK || len(o.Reasons) != 11 {
-		t.Fatalf("follow-up reload served %d requests, want 11: %+v", len(o.Reasons), o)
-	}
-	if got := summarise(o.Reasons); got != "SIGHUP ×10, SIGUSR2" {
-		t.Errorf("summary %q", got)
-	}
-	select {
-	case <-g.started:
-		t.Fatal("a third reload started although no request was left")
-	case <-time.After(100 * time.Millisecond):
-	}
-	if v := testutil.ToFloat64(met.Reloads.WithLabelValues(metrics.Success)); v != 2 {
-		t.Errorf("successes = %v, want 2", v)
-	}
-	if v := testutil.ToFloat64(met.ReloadRequests); v != 12 {
-		t.Errorf("requests = %v, want 12", v)
-	}
+		<-g.started // exactly one follow-up, carrying every request that waited
+		g.release <- true
+		o := <-outcomes
+		if !o.OK || len(o.Reasons) != 11 {
+			t.Fatalf("follow-up reload served %d requests, want 11: %+v", len(o.Reasons), o)
+		}
+		if got := summarise(o.Reasons); got != "SIGHUP ×10, SIGUSR2" {
+			t.Errorf("summary %q", got)
+		}
+		synctest.Wait()
+		select {
+		case <-g.started:
+			t.Fatal("a third reload started although no request was left")
+		default:
+		}
+		if v := testutil.ToFloat64(met.Reloads.WithLabelValues(metrics.Success)); v != 2 {
+			t.Errorf("successes = %v, want 2", v)
+		}
+		if v := testutil.ToFloat64(met.ReloadRequests); v != 12 {
+			t.Errorf("requests = %v, want 12", v)
+		}
+	})
 }
 
 func TestInvalidConfigIsNotReloaded(t *testing.T) {
