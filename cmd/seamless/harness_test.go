@@ -197,9 +197,20 @@ func startSeamless(t *testing.T, s *site, o startOpts) *instance {
 		select {
 		case <-in.exited:
 		default:
-			_ = syscall.Kill(-in.cmd.Process.Pid, syscall.SIGKILL)
-			<-in.exited
+			// A graceful stop first: the test then also shows that
+			// seamless takes HAProxy down with it.
+			_ = syscall.Kill(in.pid, syscall.SIGTERM)
+			select {
+			case <-in.exited:
+			case <-time.After(20 * time.Second):
+				t.Errorf("seamless did not stop within 20s of SIGTERM")
+				_ = syscall.Kill(-in.cmd.Process.Pid, syscall.SIGKILL)
+				<-in.exited
+			}
 		}
+		testenv.Eventually(t, 10*time.Second, "no HAProxy outlives seamless", func() bool {
+			return len(processesMentioning(in.runDir)) == 0
+		})
 		if t.Failed() {
 			t.Logf("seamless output:\n%s", in.out.String())
 		}
@@ -370,4 +381,24 @@ func zombies(pid int) []int {
 		}
 	}
 	return z
+}
+
+// processesMentioning lists live processes whose command line contains s.
+func processesMentioning(s string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || !strings.Contains(string(b), s) {
+			continue
+		}
+		if st, ok := procStat(pid); ok && st.state != 'Z' {
+			out = append(out, pid)
+		}
+	}
+	return out
 }

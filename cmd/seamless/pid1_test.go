@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -109,24 +110,82 @@ func TestPID1PropagatesExitCodes(t *testing.T) {
 	})
 }
 
-// TestTERMDrainsInFlightRequests: SIGTERM lets a slow request finish, then
-// seamless exits 0.
-func TestTERMDrainsInFlightRequests(t *testing.T) {
+// TestStopSignalsDrainInFlightRequests: SIGTERM (docker stop) and SIGPWR
+// (LXC, Incus) let a slow request finish, new connections are refused
+// meanwhile, and seamless exits 0 as soon as the drain is done.
+func TestStopSignalsDrainInFlightRequests(t *testing.T) {
+	requireUnshare(t)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGPWR} {
+		t.Run(sig.String(), func(t *testing.T) {
+			be := startBackend(t)
+			s := newSite(t, be)
+			s.write(t, 1)
+			in := startSeamless(t, s, startOpts{pid1: true, env: []string{"SEAMLESS_STOP_GRACE=30s"}})
+			in.waitReady(s)
+
+			result := slowRequest(t, s, 1500)
+			receive(t, be.started, "slow request reached the backend")
+			in.signal(sig)
+			testenv.Eventually(t, 5*time.Second, "new connections refused while draining", func() bool {
+				c, err := net.DialTimeout("tcp", s.addr(), time.Second)
+				if err == nil {
+					c.Close()
+				}
+				return err != nil
+			})
+			if r := receive(t, result, "in-flight request answered"); r != "200 slow ok" {
+				t.Errorf("in-flight request got %q, want 200", r)
+			}
+			if code := in.wait(5 * time.Second); code != 0 {
+				t.Errorf("exit code %d after a clean drain, want 0", code)
+			}
+			if strings.Contains(in.out.String(), "drain did not finish") {
+				t.Error("the drain was cut short")
+			}
+		})
+	}
+}
+
+// TestTERMDuringAReloadStillDrains: a stop that lands while the master
+// re-executes must wait for it; plain HAProxy loses a SIGUSR1 sent then and
+// keeps accepting until it is killed.
+func TestTERMDuringAReloadStillDrains(t *testing.T) {
 	requireUnshare(t)
 	be := startBackend(t)
 	s := newSite(t, be)
 	s.write(t, 1)
-	in := startSeamless(t, s, startOpts{pid1: true})
+	in := startSeamless(t, s, startOpts{pid1: true, env: []string{"SEAMLESS_STOP_GRACE=30s"}})
 	in.waitReady(s)
 
 	result := slowRequest(t, s, 1500)
-	<-be.started
+	receive(t, be.started, "slow request reached the backend")
+	s.write(t, 2)
+	in.signal(syscall.SIGHUP)
+	testenv.Eventually(t, 10*time.Second, "reload sent to the master", func() bool {
+		return strings.Contains(in.out.String(), "configuration valid, reloading")
+	})
 	in.signal(syscall.SIGTERM)
-	if r := <-result; r != "200 slow ok" {
+	if r := receive(t, result, "in-flight request answered"); r != "200 slow ok" {
 		t.Errorf("in-flight request got %q, want 200", r)
 	}
-	if code := in.wait(15 * time.Second); code != 0 {
-		t.Errorf("exit code %d after a clean drain, want 0", code)
+	if code := in.wait(10 * time.Second); code != 0 {
+		t.Errorf("exit code %d, want 0", code)
+	}
+	if strings.Contains(in.out.String(), "drain did not finish") {
+		t.Error("the drain was cut short")
+	}
+}
+
+// receive waits for one value, failing the test instead of hanging.
+func receive[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("timed out waiting: %s", what)
+		var zero T
+		return zero
 	}
 }
 
@@ -141,14 +200,14 @@ func TestDrainIsBounded(t *testing.T) {
 	in.waitReady(s)
 
 	result := slowRequest(t, s, 60_000)
-	<-be.started
+	receive(t, be.started, "slow request reached the backend")
 	begin := time.Now()
 	in.signal(syscall.SIGTERM)
 	in.wait(15 * time.Second)
 	if d := time.Since(begin); d > 10*time.Second {
 		t.Errorf("took %s to stop with a 500ms grace", d)
 	}
-	if r := <-result; strings.HasPrefix(r, "200") {
+	if r := receive(t, result, "cut request ended"); strings.HasPrefix(r, "200") {
 		t.Errorf("a request longer than the grace completed: %q", r)
 	}
 	if !strings.Contains(in.out.String(), "drain did not finish") {

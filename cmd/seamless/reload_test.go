@@ -4,13 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/seamless-lb/seamless/internal/testenv"
 	"github.com/seamless-lb/seamless/integration/loadgen"
+	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
 // startLoad runs both kinds of client at once: one connection per request,
@@ -175,4 +177,78 @@ func TestFailedReloadIsVisible(t *testing.T) {
 	if v := served(s); v != "v1" {
 		t.Errorf("serving %q, want v1 from the old worker", v)
 	}
+}
+
+// TestSignalsDuringAReloadCoalesce holds the first reload's validation at a
+// gate while 50 more HUPs arrive: they must turn into exactly one follow-up
+// reload. A build that drops them would stop at one reload, one that
+// reloads per signal would do many.
+func TestSignalsDuringAReloadCoalesce(t *testing.T) {
+	real := testenv.HAProxy(t)
+	dir := t.TempDir()
+	gate, waiting := filepath.Join(dir, "gate"), filepath.Join(dir, "waiting")
+	wrapper := filepath.Join(dir, "haproxy")
+	script := fmt.Sprintf(`#!/bin/sh
+for a in "$@"; do
+  if [ "$a" = "-c" ] && [ -e %[1]s ]; then
+    touch %[2]s
+    while [ -e %[1]s ]; do sleep 0.01; done
+  fi
+done
+exec %[3]s "$@"
+`, gate, waiting, real)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	be := startBackend(t)
+	s := newSite(t, be)
+	s.write(t, 0)
+	in := startSeamless(t, s, startOpts{env: []string{"SEAMLESS_HAPROXY_BIN=" + wrapper}, args: []string{"-f", s.path}})
+	in.waitReady(s)
+
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in.signal(syscall.SIGHUP)
+	testenv.Eventually(t, 10*time.Second, "first validation held at the gate", func() bool {
+		_, err := os.Stat(waiting)
+		return err == nil
+	})
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for i := 1; i <= 50; i++ {
+		s.write(t, i)
+		in.signal(syscall.SIGHUP)
+		<-tick.C
+	}
+	testenv.Eventually(t, 10*time.Second, "every HUP received", func() bool {
+		// The kernel merges a pending signal, so count what arrived.
+		return in.metric("seamless_reload_requests_total") >= 2
+	})
+	if err := os.Remove(gate); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "two reloads, the last file running", func() bool {
+		return in.metric(successes) == 2 && served(s) == "v50"
+	})
+	requests := in.metric("seamless_reload_requests_total")
+	if got := in.metric("seamless_reload_requests_coalesced_total"); got != requests-2 {
+		t.Errorf("%v of %v requests coalesced, want all but the two that started reloads", got, requests)
+	}
+}
+
+// TestKilledSeamlessTakesHAProxyDown: outside a container nothing else
+// would stop an orphaned HAProxy that keeps its ports.
+func TestKilledSeamlessTakesHAProxyDown(t *testing.T) {
+	testenv.HAProxy(t)
+	s := newSite(t, startBackend(t))
+	s.write(t, 1)
+	in := startSeamless(t, s, startOpts{})
+	in.waitReady(s)
+	if len(processesMentioning(in.runDir)) == 0 {
+		t.Fatal("no HAProxy process found to begin with")
+	}
+	in.signal(syscall.SIGKILL)
+	in.wait(10 * time.Second)
+	testenv.Eventually(t, 10*time.Second, "HAProxy gone", func() bool { return len(processesMentioning(in.runDir)) == 0 })
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -28,9 +29,10 @@ import (
 // the reaper's, so neither is listed.
 var (
 	reloadSignals = []os.Signal{syscall.SIGHUP, syscall.SIGUSR2}
-	stopSignals   = []os.Signal{syscall.SIGTERM, syscall.SIGINT}
-	forwarded     = []os.Signal{syscall.SIGUSR1, syscall.SIGQUIT, syscall.SIGWINCH,
-		syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGALRM, syscall.SIGPWR, syscall.SIGCONT}
+	// SIGPWR is how LXC and Incus stop a container.
+	stopSignals = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGPWR}
+	forwarded   = []os.Signal{syscall.SIGUSR1, syscall.SIGQUIT, syscall.SIGWINCH,
+		syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGALRM, syscall.SIGCONT}
 )
 
 // hardStopWait is how long the master has to exit after SIGTERM before
@@ -106,7 +108,7 @@ func (s *Supervisor) Run(ctx context.Context) int {
 	signal.Notify(sigs, append(append(append([]os.Signal{}, reloadSignals...), stopSignals...), forwarded...)...)
 	defer signal.Stop(sigs)
 
-	master, err := s.start()
+	master, copied, err := s.start()
 	if err != nil {
 		s.log.Error("cannot start haproxy", "err", err)
 		return 127
@@ -115,45 +117,82 @@ func (s *Supervisor) Run(ctx context.Context) int {
 	s.metrics.HAProxyUp.Set(1)
 	s.log.Info("haproxy started", "pid", master.Pid, "args", s.opts.Args)
 
+	// Every goroutine started here ends before Run returns.
 	rctx, stopReloads := context.WithCancel(context.Background())
 	defer stopReloads()
-	go s.reloader.Run(rctx)
-	go s.awaitReady(rctx)
+	reloaderDone := make(chan struct{})
+	go func() { defer close(reloaderDone); s.reloader.Run(rctx) }()
+	readyDone := make(chan struct{})
+	go func() { defer close(readyDone); s.awaitReady(rctx) }()
+	runCtx, cancelRun := context.WithCancel(context.Background())
+	var drainWG sync.WaitGroup
+	defer func() { cancelRun(); drainWG.Wait(); stopReloads(); <-reloaderDone; <-readyDone }()
 
 	var grace, kill <-chan time.Time
+	var draining <-chan error
 	stop := func(why string) {
 		if s.stopping.Swap(true) {
 			return
 		}
-		stopReloads()
 		s.log.Info("stopping: haproxy stops accepting and lets in-flight requests finish",
 			"why", why, "grace", s.opts.StopGrace)
-		_ = master.Signal(syscall.SIGUSR1)
 		grace = time.After(s.opts.StopGrace)
+		stopReloads()
+		draining = s.softStop(runCtx, &drainWG, reloaderDone, master)
 	}
 	hardStop := func(why string) {
 		s.log.Warn("stopping haproxy hard; connections still open are closed", "why", why)
 		_ = master.Signal(syscall.SIGTERM)
-		grace, kill = nil, time.After(hardStopWait)
+		grace, draining = nil, nil
+		if kill == nil {
+			kill = time.After(hardStopWait)
+		}
 	}
 	ctxDone := ctx.Done()
 	for {
 		select {
 		case <-master.Done():
+			s.waitCopied(copied)
 			return s.exited(master)
 		case <-ctxDone:
 			ctxDone = nil
 			stop("context cancelled")
+		case err := <-draining:
+			draining = nil
+			if err != nil {
+				hardStop(err.Error())
+			}
 		case <-grace:
 			hardStop(fmt.Sprintf("drain did not finish within %s (SEAMLESS_STOP_GRACE)", s.opts.StopGrace))
 		case <-kill:
 			s.log.Error("haproxy did not exit after SIGTERM, killing it", "pid", master.Pid)
 			_ = syscall.Kill(-master.Pid, syscall.SIGKILL)
-			kill = nil
 		case sig := <-sigs:
 			s.handle(sig.(syscall.Signal), master, stop, hardStop)
 		}
 	}
+}
+
+// softStop sends the master SIGUSR1 once it can act on it. A master that
+// is re-executing (a reload in flight) or still starting loses or dies of
+// the signal, so first the reload is allowed to end and the master must
+// answer on its CLI with a worker. The result arrives on the channel.
+func (s *Supervisor) softStop(ctx context.Context, wg *sync.WaitGroup, reloaderDone <-chan struct{}, master *reaper.Child) <-chan error {
+	out := make(chan error, 1)
+	wg.Go(func() {
+		ctx, cancel := context.WithTimeout(ctx, s.opts.StopGrace)
+		defer cancel()
+		select {
+		case <-reloaderDone:
+		case <-ctx.Done():
+		}
+		if _, err := s.cli.WaitShowProc(ctx, func(p haproxy.Procs) bool { return len(p.Workers) > 0 }); err != nil {
+			out <- fmt.Errorf("master not answering, cannot drain: %w", err)
+			return
+		}
+		out <- master.Signal(syscall.SIGUSR1)
+	})
+	return out
 }
 
 func (s *Supervisor) handle(sig syscall.Signal, master *reaper.Child, stop, hardStop func(string)) {
@@ -165,44 +204,55 @@ func (s *Supervisor) handle(sig syscall.Signal, master *reaper.Child, stop, hard
 			return
 		}
 		s.reloader.Request(name)
-	case syscall.SIGTERM, syscall.SIGINT:
+	case syscall.SIGTERM, syscall.SIGINT, syscall.SIGPWR:
 		if s.stopping.Load() {
-			hardStop("second " + name)
+			hardStop("second stop signal " + name)
 			return
 		}
 		stop(name)
 	default:
+		// Before its handlers exist, many of these would kill or stop
+		// the master with their default action.
+		if !s.ready.Load() {
+			s.log.Warn("haproxy not ready yet, dropping signal", "signal", name)
+			return
+		}
 		s.log.Info("forwarding signal to haproxy master", "signal", name)
 		_ = master.Signal(sig)
 	}
 }
 
-func (s *Supervisor) start() (*reaper.Child, error) {
+func (s *Supervisor) start() (*reaper.Child, <-chan struct{}, error) {
 	path, err := exec.LookPath(s.opts.Bin)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// HAProxy gets its own process group: a terminal's Ctrl-C reaches only
-	// us, and we decide between a drain and a hard stop.
+	// us, and we decide between a drain and a hard stop. If seamless itself
+	// is killed outside a container, the master must not live on unmanaged
+	// and keep its ports; Go threads do not exit under a running program,
+	// so the parent-death signal fires only when the process dies.
 	c, err := s.reaper.Start(path, append([]string{s.opts.Bin}, s.opts.Args...), &syscall.ProcAttr{
 		Env:   s.opts.Env,
 		Files: []uintptr{os.Stdin.Fd(), pw.Fd(), pw.Fd()},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM},
 	})
 	pw.Close()
 	if err != nil {
 		pr.Close()
-		return nil, err
+		return nil, nil, err
 	}
+	copied := make(chan struct{})
 	go func() {
+		defer close(copied)
 		defer pr.Close()
 		s.tap.Copy(pr, s.opts.Output)
 	}()
-	return c, nil
+	return c, copied, nil
 }
 
 // awaitReady logs once the first worker serves.
@@ -215,6 +265,16 @@ func (s *Supervisor) awaitReady(ctx context.Context) {
 	s.metrics.LastReloadSuccess.SetToCurrentTime()
 	s.metrics.Workers.WithLabelValues("current").Set(float64(len(p.Workers)))
 	s.log.Info("haproxy ready", "version", p.Master.Version, "master", p.Master.Pid, "workers", len(p.Workers))
+}
+
+// waitCopied lets HAProxy's last lines (often the reason it exited) reach
+// the log. Workers that outlive the master keep the pipe open, hence the
+// bound.
+func (s *Supervisor) waitCopied(copied <-chan struct{}) {
+	select {
+	case <-copied:
+	case <-time.After(time.Second):
+	}
 }
 
 // exited reports the master's end, stops whatever it left behind, and
