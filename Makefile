@@ -6,7 +6,7 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 CACHE := $(CURDIR)/.cache
 
-.PHONY: all build deps test demo demo-reload bench-reload clean
+.PHONY: all build deps test test-matrix demo demo-reload bench-reload clean
 
 all: build
 
@@ -24,9 +24,25 @@ deps:
 	fi
 	@haproxy -v | head -1
 
+# Root filesystems with newer HAProxy versions for the test matrix are
+# cached here, outside the checkout, and rebuilt when missing.
+SEAMLESS_CACHE ?= /var/cache/seamless
+MATRIX ?= 3.0 3.2
+
 test: deps
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 30m ./...
+	$(MAKE) test-matrix
+
+# The supervisor and master-CLI tests again against HAProxy 3.0 (trixie)
+# and 3.2 (forky), whose master CLI answers reloads differently from 2.6.
+test-matrix:
+	integration/hostmatrix/prepare.sh $(SEAMLESS_CACHE)
+	@set -e; for v in $(MATRIX); do \
+		echo "== HAProxy $$v"; \
+		SEAMLESS_HAPROXY_BIN=$(SEAMLESS_CACHE)/bin/haproxy-$$v \
+			$(GO) test -count=1 -timeout 15m ./cmd/seamless ./entrypoint/haproxy; \
+	done
 
 # HAProxy with the demo config and three demo backends, on 127.0.0.1:
 # http://127.0.0.1:5001 (the service), http://127.0.0.1:8404/haproxy?stats,

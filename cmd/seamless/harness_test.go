@@ -301,7 +301,7 @@ func (in *instance) showProc() haproxy.Procs {
 	in.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	p, err := in.cli().WaitShowProc(ctx, func(p haproxy.Procs) bool { return len(p.Workers) > 0 })
+	p, err := in.cli().WaitShowProc(ctx, haproxy.Procs.HasWorkers)
 	if err != nil {
 		in.t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func requireUnshare(t *testing.T) {
 // reap them.
 func orphanMaker(t *testing.T) string {
 	t.Helper()
-	real, _ := exec.LookPath("haproxy")
+	real := testenv.HAProxy(t)
 	p := filepath.Join(t.TempDir(), "haproxy-with-orphans")
 	script := fmt.Sprintf("#!/bin/sh\n(true &) ; (sleep 0.05 &) ; (exit 3 &)\nexec %s \"$@\"\n", real)
 	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {

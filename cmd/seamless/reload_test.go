@@ -177,6 +177,15 @@ func TestFailedReloadIsVisible(t *testing.T) {
 	if v := served(s); v != "v1" {
 		t.Errorf("serving %q, want v1 from the old worker", v)
 	}
+	// 3.1+ lists the surviving worker as an old one; the drain must still
+	// find it.
+	in.signal(syscall.SIGTERM)
+	if code := in.wait(10 * time.Second); code != 0 {
+		t.Errorf("exit code %d after a failed reload and a drain, want 0", code)
+	}
+	if strings.Contains(in.out.String(), "drain did not finish") || strings.Contains(in.out.String(), "cannot drain") {
+		t.Error("the drain after a failed reload was cut short")
+	}
 }
 
 // TestSignalsDuringAReloadCoalesce holds the first reload's validation at a

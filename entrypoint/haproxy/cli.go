@@ -63,7 +63,9 @@ func (m *MasterCLI) ShowProc(ctx context.Context) (Procs, error) {
 
 // WaitShowProc polls `show proc` until ok accepts an answer or ctx ends.
 // While the master re-executes, connections are refused, reset or left
-// unanswered, so errors are retried rather than returned.
+// unanswered, so errors are retried rather than returned. A refused connect
+// costs microseconds, so polling every 2 ms keeps the confirmation within a
+// few milliseconds of the master coming back.
 func (m *MasterCLI) WaitShowProc(ctx context.Context, ok func(Procs) bool) (Procs, error) {
 	delay := time.Millisecond
 	var last error
@@ -85,7 +87,7 @@ func (m *MasterCLI) WaitShowProc(ctx context.Context, ok func(Procs) bool) (Proc
 			return p, ctx.Err()
 		case <-time.After(delay):
 		}
-		delay = min(delay*2, 10*time.Millisecond)
+		delay = min(delay*2, 2*time.Millisecond)
 	}
 }
 
@@ -115,7 +117,7 @@ func (m *MasterCLI) Reload(ctx context.Context) (ReloadResult, error) {
 	if err != nil {
 		return ReloadResult{}, fmt.Errorf("before reload: %w", err)
 	}
-	answer, err := m.Do(ctx, "reload")
+	answer, err := m.reloadWhenIdle(ctx)
 	if err != nil && !isConnDrop(err) {
 		return ReloadResult{}, err
 	}
@@ -152,6 +154,28 @@ func (m *MasterCLI) Reload(ctx context.Context) (ReloadResult, error) {
 		res.OK = !failed && len(res.NewWorkers) > 0
 	}
 	return res, nil
+}
+
+// busyAnswer is how 3.1+ refuses a reload while another (or the initial
+// load) is still in progress: nothing was tried, so ask again.
+const busyAnswer = "Another reload is still in progress"
+
+// reloadWhenIdle sends "reload", repeating it while the master answers that
+// it is busy.
+func (m *MasterCLI) reloadWhenIdle(ctx context.Context) (string, error) {
+	delay := 5 * time.Millisecond
+	for {
+		answer, err := m.Do(ctx, "reload")
+		if err != nil || !strings.Contains(answer, busyAnswer) {
+			return answer, err
+		}
+		select {
+		case <-ctx.Done():
+			return answer, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 100*time.Millisecond)
+	}
 }
 
 // isConnDrop reports the ways a master that re-executes ends a connection.

@@ -121,7 +121,7 @@ func TestMasterCLIReload(t *testing.T) {
 
 	res, err := cli.Reload(ctx)
 	if err != nil || !res.OK {
-		t.Fatalf("reload of an unchanged config: ok=%v err=%v", res.OK, err)
+		t.Fatalf("reload of an unchanged config: ok=%v err=%v messages=%q procs=%+v", res.OK, err, res.Messages, res.Procs)
 	}
 	if len(res.NewWorkers) != 1 || res.NewWorkers[0] == first.Workers[0].Pid {
 		t.Errorf("new workers %v, want one that is not %d", res.NewWorkers, first.Workers[0].Pid)
@@ -143,8 +143,8 @@ func TestMasterCLIReload(t *testing.T) {
 	if res.OK {
 		t.Fatal("a reload whose bind fails was reported as a success")
 	}
-	if len(res.Procs.Workers) == 0 {
-		t.Error("after a failed reload no worker serves")
+	if !res.Procs.HasWorkers() {
+		t.Errorf("after a failed reload no worker serves: %+v", res.Procs)
 	}
 
 	writeConfig(t, cfg, port, "")

@@ -24,6 +24,11 @@ type Procs struct {
 	Old     []Proc // earlier generations still draining
 }
 
+// HasWorkers reports whether any worker runs. After a failed reload 3.1+
+// lists the worker that goes on serving under "old workers", so a test for
+// current workers alone would think HAProxy had none.
+func (p Procs) HasWorkers() bool { return len(p.Workers)+len(p.Old) > 0 }
+
 // WorkerPids returns the pids of every worker, current and old.
 func (p Procs) WorkerPids() map[int]bool {
 	m := make(map[int]bool, len(p.Workers)+len(p.Old))

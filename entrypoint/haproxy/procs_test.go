@@ -61,3 +61,29 @@ func TestParseShowProcRejectsGarbage(t *testing.T) {
 		}
 	}
 }
+
+// Captured from HAProxy 3.2.26 after a reload that failed on a bind: the
+// worker that goes on serving is listed as an old one.
+const showProcFailed32 = `#<PID>          <type>          <reloads>       <uptime>        <version>      
+4025            master          1 [failed: 1]   0d00h00m03s     3.2.26-1       
+# workers
+# old workers
+4030            worker          1               0d00h00m03s     3.2.26-1       
+
+`
+
+func TestHasWorkersCountsTheSurvivorOfAFailedReload(t *testing.T) {
+	p, err := ParseShowProc(showProcFailed32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Workers) != 0 || len(p.Old) != 1 || p.Master.Failed != 1 {
+		t.Fatalf("parsed %+v", p)
+	}
+	if !p.HasWorkers() {
+		t.Error("HasWorkers is false while a worker serves")
+	}
+	if (Procs{}).HasWorkers() {
+		t.Error("HasWorkers is true without workers")
+	}
+}

@@ -54,6 +54,8 @@ type Reloader struct {
 	mu      sync.Mutex
 	pending []string
 	wake    chan struct{}
+	closed  chan struct{}
+	close   sync.Once
 }
 
 // New returns a Reloader. tap may be nil; log may be nil.
@@ -64,7 +66,7 @@ func New(master Master, checker Checker, tap *haproxy.LogTap, m *metrics.Metrics
 	return &Reloader{
 		master: master, checker: checker, tap: tap, metrics: m,
 		log: log.With("component", "reload"), timeout: timeout,
-		wake: make(chan struct{}, 1),
+		wake: make(chan struct{}, 1), closed: make(chan struct{}),
 	}
 }
 
@@ -84,11 +86,17 @@ func (r *Reloader) Request(reason string) {
 	}
 }
 
-// Run performs reloads one at a time until ctx ends.
+// Close stops taking requests: Run returns once the reload in flight, if
+// any, has finished. Cancelling Run's ctx instead abandons it.
+func (r *Reloader) Close() { r.close.Do(func() { close(r.closed) }) }
+
+// Run performs reloads one at a time until ctx ends or Close is called.
 func (r *Reloader) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-r.closed:
 			return
 		case <-r.wake:
 		}

@@ -137,11 +137,14 @@ func (s *Supervisor) Run(ctx context.Context) int {
 		s.log.Info("stopping: haproxy stops accepting and lets in-flight requests finish",
 			"why", why, "grace", s.opts.StopGrace)
 		grace = time.After(s.opts.StopGrace)
-		stopReloads()
+		// A reload in flight is finished, not abandoned: HAProxy would
+		// go on with it regardless, and the soft stop must follow it.
+		s.reloader.Close()
 		draining = s.softStop(runCtx, &drainWG, reloaderDone, master)
 	}
 	hardStop := func(why string) {
 		s.log.Warn("stopping haproxy hard; connections still open are closed", "why", why)
+		stopReloads()
 		_ = master.Signal(syscall.SIGTERM)
 		grace, draining = nil, nil
 		if kill == nil {
@@ -186,7 +189,7 @@ func (s *Supervisor) softStop(ctx context.Context, wg *sync.WaitGroup, reloaderD
 		case <-reloaderDone:
 		case <-ctx.Done():
 		}
-		if _, err := s.cli.WaitShowProc(ctx, func(p haproxy.Procs) bool { return len(p.Workers) > 0 }); err != nil {
+		if _, err := s.cli.WaitShowProc(ctx, haproxy.Procs.HasWorkers); err != nil {
 			out <- fmt.Errorf("master not answering, cannot drain: %w", err)
 			return
 		}
@@ -257,7 +260,7 @@ func (s *Supervisor) start() (*reaper.Child, <-chan struct{}, error) {
 
 // awaitReady logs once the first worker serves.
 func (s *Supervisor) awaitReady(ctx context.Context) {
-	p, err := s.cli.WaitShowProc(ctx, func(p haproxy.Procs) bool { return len(p.Workers) > 0 })
+	p, err := s.cli.WaitShowProc(ctx, haproxy.Procs.HasWorkers)
 	if err != nil {
 		return
 	}

@@ -12,17 +12,22 @@ import (
 	"time"
 )
 
-// HAProxy returns the path of the real haproxy. Without it a test is
-// skipped on a developer machine and fails under CI, where `make test` has
-// installed it.
+// HAProxy returns the HAProxy the tests run: $SEAMLESS_HAPROXY_BIN when set
+// (the version matrix points it at 3.x), else haproxy from PATH. Without
+// one a test is skipped on a developer machine and fails under CI, where
+// `make test` has installed it.
 func HAProxy(t testing.TB) string {
 	t.Helper()
-	p, err := exec.LookPath("haproxy")
+	name := "haproxy"
+	if v := os.Getenv("SEAMLESS_HAPROXY_BIN"); v != "" {
+		name = v
+	}
+	p, err := exec.LookPath(name)
 	if err != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("haproxy not found under CI (make test installs it): %v", err)
+			t.Fatalf("%s not found under CI (make test installs it): %v", name, err)
 		}
-		t.Skipf("haproxy not installed: %v (run make test)", err)
+		t.Skipf("%s not installed: %v (run make test)", name, err)
 	}
 	return p
 }
