@@ -23,6 +23,7 @@ type options struct {
 	reloads   int
 	interval  time.Duration
 	workers   int
+	warmup    int
 	modes     []loadgen.Mode
 	scenarios []scenarioSpec
 	timeout   time.Duration

@@ -5,8 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,18 +16,12 @@ import (
 var seamlessBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "seamless-bench-bin-")
+	bin, dir, err := testenv.BuildSeamless("../seamless")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	seamlessBin = filepath.Join(dir, "seamless")
-	build := exec.Command("go", "build", "-o", seamlessBin, "../seamless")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building seamless:", err)
-		os.Exit(1)
-	}
+	seamlessBin = bin
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -85,7 +77,7 @@ func TestReloadAllScenarios(t *testing.T) {
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	code := run(ctx, []string{"seamless-bench", "reload", "-seamless", seamlessBin,
-		"-reloads", "4", "-interval", "10ms", "-workers", "4", "-timeout", "1m"}, &stdout, &stderr)
+		"-reloads", "4", "-warmup", "2", "-interval", "10ms", "-workers", "4", "-timeout", "1m"}, &stdout, &stderr)
 	t.Logf("table:\n%s", stdout.String())
 	if code != 0 {
 		t.Fatalf("exit code %d\nstderr:\n%s", code, stderr.String())

@@ -122,24 +122,9 @@ func (s *masterWorker) start(ctx context.Context) error {
 }
 
 func (s *masterWorker) reload(ctx context.Context) (time.Duration, error) {
-	t0 := time.Now()
-	if err := s.p.signal(syscall.SIGUSR2); err != nil {
-		return 0, err
-	}
-	var info haproxy.Procs
-	// While the master re-executes, its CLI refuses or resets connections:
-	// those are transient errors and polling goes on.
-	err := poll(ctx, pollEvery, reloadTimeout, "master reload counter", func() (bool, error) {
-		if err := s.p.alive(); err != nil {
-			return false, err
-		}
-		var err error
-		info, err = showProc(ctx, s.sock)
-		return err == nil && info.Master.Reloads > s.reloads, err
-	})
-	lat := time.Since(t0)
+	info, lat, err := signalAndWaitReload(ctx, s.env, s.p, syscall.SIGUSR2, s.sock, s.reloads)
 	if err != nil {
-		return 0, s.env.withLog(err)
+		return 0, err
 	}
 	s.reloads = info.Master.Reloads
 	if info.Master.Failed > s.failed {
@@ -147,6 +132,31 @@ func (s *masterWorker) reload(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("master reports a failed reload (failed: %d)", info.Master.Failed)
 	}
 	return lat, nil
+}
+
+// signalAndWaitReload sends sig to p and times it until the master CLI at
+// sock reports a reload counter above before: the same probe for every
+// master-worker scenario. While the master re-executes its CLI refuses or
+// resets connections; polling goes on through those.
+func signalAndWaitReload(ctx context.Context, env *runEnv, p *proc, sig syscall.Signal, sock string, before int) (haproxy.Procs, time.Duration, error) {
+	t0 := time.Now()
+	if err := p.signal(sig); err != nil {
+		return haproxy.Procs{}, 0, err
+	}
+	var info haproxy.Procs
+	err := poll(ctx, pollEvery, reloadTimeout, "master reload counter", func() (bool, error) {
+		if err := p.alive(); err != nil {
+			return false, err
+		}
+		var err error
+		info, err = showProc(ctx, sock)
+		return err == nil && info.Master.Reloads > before, err
+	})
+	lat := time.Since(t0)
+	if err != nil {
+		return info, 0, env.withLog(err)
+	}
+	return info, lat, nil
 }
 
 func (s *masterWorker) stop() error {

@@ -28,18 +28,12 @@ import (
 var seamlessBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "seamless-bin-")
+	bin, dir, err := testenv.BuildSeamless(".")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	seamlessBin = filepath.Join(dir, "seamless")
-	build := exec.Command("go", "build", "-o", seamlessBin, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building seamless:", err)
-		os.Exit(1)
-	}
+	seamlessBin = bin
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -227,6 +221,18 @@ func startSeamless(t *testing.T, s *site, o startOpts) *instance {
 		})
 	}
 	return in
+}
+
+// serving starts a backend and seamless in front of it with config
+// version v, and waits until it serves.
+func serving(t *testing.T, v int, o startOpts) (*backend, *site, *instance) {
+	t.Helper()
+	be := startBackend(t)
+	s := newSite(t, be)
+	s.write(t, v)
+	in := startSeamless(t, s, o)
+	in.waitReady(s)
+	return be, s, in
 }
 
 // waitReady waits until /healthz is 200 and the frontend answers.

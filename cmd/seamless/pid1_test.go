@@ -74,10 +74,7 @@ func TestPID1ReapsOrphans(t *testing.T) {
 func TestPID1PropagatesExitCodes(t *testing.T) {
 	requireUnshare(t)
 	t.Run("master killed by a signal: 128+signal", func(t *testing.T) {
-		s := newSite(t, startBackend(t))
-		s.write(t, 1)
-		in := startSeamless(t, s, startOpts{pid1: true})
-		in.waitReady(s)
+		_, _, in := serving(t, 1, startOpts{pid1: true})
 		master := in.showProc().Master.Pid
 		// The master's pid inside the namespace; find it from here.
 		var hostPid int
@@ -117,11 +114,7 @@ func TestStopSignalsDrainInFlightRequests(t *testing.T) {
 	requireUnshare(t)
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGPWR} {
 		t.Run(sig.String(), func(t *testing.T) {
-			be := startBackend(t)
-			s := newSite(t, be)
-			s.write(t, 1)
-			in := startSeamless(t, s, startOpts{pid1: true, env: []string{"SEAMLESS_STOP_GRACE=30s"}})
-			in.waitReady(s)
+			be, s, in := serving(t, 1, startOpts{pid1: true, env: []string{"SEAMLESS_STOP_GRACE=30s"}})
 
 			result := slowRequest(t, s, 1500)
 			receive(t, be.started, "slow request reached the backend")
@@ -151,11 +144,7 @@ func TestStopSignalsDrainInFlightRequests(t *testing.T) {
 // keeps accepting until it is killed.
 func TestTERMDuringAReloadStillDrains(t *testing.T) {
 	requireUnshare(t)
-	be := startBackend(t)
-	s := newSite(t, be)
-	s.write(t, 1)
-	in := startSeamless(t, s, startOpts{pid1: true, env: []string{"SEAMLESS_STOP_GRACE=30s"}})
-	in.waitReady(s)
+	be, s, in := serving(t, 1, startOpts{pid1: true, env: []string{"SEAMLESS_STOP_GRACE=30s"}})
 
 	result := slowRequest(t, s, 1500)
 	receive(t, be.started, "slow request reached the backend")
@@ -193,11 +182,7 @@ func receive[T any](t *testing.T, ch <-chan T, what string) T {
 // seamless still exits, well before a container runtime would SIGKILL it.
 func TestDrainIsBounded(t *testing.T) {
 	requireUnshare(t)
-	be := startBackend(t)
-	s := newSite(t, be)
-	s.write(t, 1)
-	in := startSeamless(t, s, startOpts{pid1: true, env: []string{"SEAMLESS_STOP_GRACE=500ms"}})
-	in.waitReady(s)
+	be, s, in := serving(t, 1, startOpts{pid1: true, env: []string{"SEAMLESS_STOP_GRACE=500ms"}})
 
 	result := slowRequest(t, s, 60_000)
 	receive(t, be.started, "slow request reached the backend")

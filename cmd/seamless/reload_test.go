@@ -50,11 +50,7 @@ func requireNoFailures(t *testing.T, name string, r loadgen.Result) {
 // reload is confirmed, and the last config is the one running.
 func TestHUPUnderLoadDropsNothing(t *testing.T) {
 	testenv.HAProxy(t)
-	be := startBackend(t)
-	s := newSite(t, be)
-	s.write(t, 0)
-	in := startSeamless(t, s, startOpts{})
-	in.waitReady(s)
+	_, s, in := serving(t, 0, startOpts{})
 	nc, ka := startLoad(t, s)
 
 	const hups = 100
@@ -86,11 +82,7 @@ func TestHUPUnderLoadDropsNothing(t *testing.T) {
 // here they coalesce and the newest file ends up running.
 func TestHUPStormEndsWithTheLastFile(t *testing.T) {
 	testenv.HAProxy(t)
-	be := startBackend(t)
-	s := newSite(t, be)
-	s.write(t, 0)
-	in := startSeamless(t, s, startOpts{})
-	in.waitReady(s)
+	_, s, in := serving(t, 0, startOpts{})
 	nc, ka := startLoad(t, s)
 
 	const storm = 50
@@ -117,11 +109,7 @@ func TestHUPStormEndsWithTheLastFile(t *testing.T) {
 // the next good file is applied.
 func TestInvalidConfigKeepsServing(t *testing.T) {
 	testenv.HAProxy(t)
-	be := startBackend(t)
-	s := newSite(t, be)
-	s.write(t, 1)
-	in := startSeamless(t, s, startOpts{})
-	in.waitReady(s)
+	_, s, in := serving(t, 1, startOpts{})
 	nc, ka := startLoad(t, s)
 
 	s.extraFE = "    bogus-directive here\n"
@@ -152,11 +140,7 @@ func TestInvalidConfigKeepsServing(t *testing.T) {
 // worker keeps serving.
 func TestFailedReloadIsVisible(t *testing.T) {
 	testenv.HAProxy(t)
-	be := startBackend(t)
-	s := newSite(t, be)
-	s.write(t, 1)
-	in := startSeamless(t, s, startOpts{})
-	in.waitReady(s)
+	_, s, in := serving(t, 1, startOpts{})
 
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -209,8 +193,7 @@ exec %[3]s "$@"
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	be := startBackend(t)
-	s := newSite(t, be)
+	s := newSite(t, startBackend(t))
 	s.write(t, 0)
 	in := startSeamless(t, s, startOpts{env: []string{"SEAMLESS_HAPROXY_BIN=" + wrapper}, args: []string{"-f", s.path}})
 	in.waitReady(s)
@@ -250,10 +233,7 @@ exec %[3]s "$@"
 // would stop an orphaned HAProxy that keeps its ports.
 func TestKilledSeamlessTakesHAProxyDown(t *testing.T) {
 	testenv.HAProxy(t)
-	s := newSite(t, startBackend(t))
-	s.write(t, 1)
-	in := startSeamless(t, s, startOpts{})
-	in.waitReady(s)
+	_, _, in := serving(t, 1, startOpts{})
 	if len(processesMentioning(in.runDir)) == 0 {
 		t.Fatal("no HAProxy process found to begin with")
 	}

@@ -4,9 +4,11 @@
 package testenv
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -57,4 +59,22 @@ func Eventually(t testing.TB, timeout time.Duration, msg string, cond func() boo
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// BuildSeamless builds the seamless command found at pkg (a directory
+// relative to the caller's package) into a temporary directory, for a
+// TestMain; remove the returned directory when done.
+func BuildSeamless(pkg string) (bin, dir string, err error) {
+	dir, err = os.MkdirTemp("", "seamless-bin-")
+	if err != nil {
+		return "", "", err
+	}
+	bin = filepath.Join(dir, "seamless")
+	build := exec.Command("go", "build", "-o", bin, pkg)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		os.RemoveAll(dir)
+		return "", "", fmt.Errorf("building seamless: %w", err)
+	}
+	return bin, dir, nil
 }
