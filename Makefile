@@ -26,7 +26,7 @@ deps:
 
 # Root filesystems with newer HAProxy versions for the test matrix are
 # cached here, outside the checkout, and rebuilt when missing.
-SEAMLESS_CACHE ?= /var/cache/seamless
+HOSTMATRIX_CACHE ?= /var/cache/seamless
 MATRIX ?= 3.0 3.2
 
 test: deps
@@ -37,10 +37,10 @@ test: deps
 # The supervisor and master-CLI tests again against HAProxy 3.0 (trixie)
 # and 3.2 (forky), whose master CLI answers reloads differently from 2.6.
 test-matrix:
-	integration/hostmatrix/prepare.sh $(SEAMLESS_CACHE)
+	integration/hostmatrix/prepare.sh $(HOSTMATRIX_CACHE)
 	@set -e; for v in $(MATRIX); do \
 		echo "== HAProxy $$v"; \
-		SEAMLESS_HAPROXY_BIN=$(SEAMLESS_CACHE)/bin/haproxy-$$v \
+		SEAMLESS_HAPROXY_BIN=$(HOSTMATRIX_CACHE)/bin/haproxy-$$v \
 			$(GO) test -count=1 -timeout 15m ./cmd/seamless ./entrypoint/haproxy; \
 	done
 

@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/seamless-lb/seamless/entrypoint/config"
 	"github.com/seamless-lb/seamless/internal/testenv"
@@ -101,5 +104,34 @@ func TestREADMEListsEveryVariable(t *testing.T) {
 		if !strings.Contains(string(b), "`"+v.Name+"`") {
 			t.Errorf("README.md does not document %s", v.Name)
 		}
+	}
+}
+
+// With SEAMLESS_LOG_FORMAT=json every line on stderr is JSON, HAProxy's
+// included, with HAProxy's severity as the level.
+func TestJSONLogs(t *testing.T) {
+	testenv.HAProxy(t)
+	_, s, in := serving(t, 1, startOpts{env: []string{"SEAMLESS_LOG_FORMAT=json"}})
+	s.extraFE = "    bogus-directive\n"
+	s.write(t, 2)
+	in.signal(syscall.SIGHUP)
+	testenv.Eventually(t, 30*time.Second, "refusal counted", func() bool { return in.metric(failures) == 1 })
+	in.signal(syscall.SIGTERM)
+	in.wait(15 * time.Second)
+	var haproxyLines, reloadErrors int
+	for _, line := range strings.Split(strings.TrimSpace(in.out.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("not JSON: %q", line)
+		}
+		if rec["component"] == "haproxy" {
+			haproxyLines++
+		}
+		if rec["component"] == "reload" && rec["level"] == "ERROR" {
+			reloadErrors++
+		}
+	}
+	if haproxyLines == 0 || reloadErrors != 1 {
+		t.Errorf("%d HAProxy lines, %d reload errors; want some and 1", haproxyLines, reloadErrors)
 	}
 }

@@ -67,9 +67,11 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 		log.Warn("validating at full cost", "err", err)
 	}
 	rl := reload.New(cli, validator, tap, m, log, cfg.ReloadTimeout)
-	sup := supervisor.New(supervisor.Options{
-		Bin: bin, Args: cl.RunArgs(extra...), Env: env, StopGrace: cfg.StopGrace,
-	}, rp, rl, cli, tap, m, log)
+	opts := supervisor.Options{Bin: bin, Args: cl.RunArgs(extra...), Env: env, StopGrace: cfg.StopGrace}
+	if cfg.LogFormat == "json" {
+		opts.Output = haproxyLines{log}
+	}
+	sup := supervisor.New(opts, rp, rl, cli, tap, m, log)
 
 	if cfg.StatusAddr != "" {
 		srv, err := status.Listen(cfg.StatusAddr, m.Registry, sup.Healthy, log)
