@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -101,8 +102,9 @@ func TestREADMEListsEveryVariable(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, v := range config.Vars() {
-		if !strings.Contains(string(b), "`"+v.Name+"`") {
-			t.Errorf("README.md does not document %s", v.Name)
+		row := fmt.Sprintf("| `%s` | %s | `%s` | %s |", v.Name, v.Type, v.Default, v.Desc)
+		if !strings.Contains(string(b), row) {
+			t.Errorf("README.md lacks the row (regenerate the table from 'seamless env'):\n%s", row)
 		}
 	}
 }

@@ -28,7 +28,7 @@ type Config struct {
 	HAProxyBin    string        `envconfig:"HAPROXY_BIN" default:"haproxy" desc:"HAProxy executable (looked up in PATH)."`
 	RunDir        string        `envconfig:"RUN_DIR" default:"/var/run/seamless" desc:"Directory for the master CLI socket and generated files; must be writable by the user seamless runs as."`
 	StatusAddr    string        `envconfig:"STATUS_ADDR" default:":8405" desc:"Listen address of the HTTP status endpoint (/healthz, /metrics). Empty disables it."`
-	LogFormat     string        `envconfig:"LOG_FORMAT" default:"text" desc:"Log format: text or json."`
+	LogFormat     string        `envconfig:"LOG_FORMAT" default:"text" desc:"Log format: text or json. In json, HAProxy's own output lines become records too (component=haproxy)."`
 	LogLevel      string        `envconfig:"LOG_LEVEL" default:"info" desc:"Log level: debug, info, warn or error."`
 	StopGrace     time.Duration `envconfig:"STOP_GRACE" default:"8s" desc:"On SIGTERM/SIGINT, how long in-flight requests may finish after HAProxy stops accepting before it is stopped hard. Keep it below the container runtime's stop timeout (Docker: 10s)."`
 	ReloadTimeout time.Duration `envconfig:"RELOAD_TIMEOUT" default:"60s" desc:"How long a reload (validation, re-execution, new worker) may take before it is counted as failed."`
