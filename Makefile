@@ -6,7 +6,7 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 CACHE := $(CURDIR)/.cache
 
-.PHONY: all build deps test test-matrix demo demo-reload bench-reload clean
+.PHONY: all build deps test test-matrix test-docker image demo demo-reload bench-reload clean
 
 all: build
 
@@ -33,6 +33,7 @@ test: deps
 	$(GO) vet ./...
 	$(GO) test -p 1 -count=1 -timeout 30m ./...
 	$(MAKE) test-matrix
+	$(MAKE) test-docker
 
 # The supervisor and master-CLI tests again against HAProxy 3.0 (trixie)
 # and 3.2 (forky), whose master CLI answers reloads differently from 2.6.
@@ -54,6 +55,27 @@ demo: deps build
 	SEAMLESS_RUN_DIR=$(CACHE)/demo-run SEAMLESS_STATUS_ADDR=127.0.0.1:8405 \
 		bin/seamless haproxy -f demo/haproxy.cfg & echo $$! > $(CACHE)/demo.pid; \
 	wait $$(cat $(CACHE)/demo.pid)
+
+# Images for every HAProxy in the matrix, built offline: the base is a
+# debootstrap root filesystem (image/bases.sh) and the binary is the host's.
+# With a registry, `docker build -f image/Dockerfile .` uses the official
+# haproxy and golang images instead.
+IMAGE ?= seamless
+image: build
+	image/bases.sh $(HOSTMATRIX_CACHE)
+	@set -e; for v in $(MATRIX); do \
+		echo "== $(IMAGE):haproxy-$$v"; \
+		docker build -q -f image/Dockerfile -t $(IMAGE):haproxy-$$v \
+			--build-arg HAPROXY_IMAGE=seamless-base:haproxy-$$v \
+			--build-arg BUILDER=seamless-base:haproxy-$$v \
+			--build-arg PREBUILT=bin/seamless --build-arg VERSION=$(VERSION) . ; \
+	done
+
+# The image on the real Docker engine: docker kill -s HUP under load,
+# docker stop during a request, for every HAProxy of the matrix.
+test-docker: image
+	SEAMLESS_IMAGES="$(foreach v,$(MATRIX),$(IMAGE):haproxy-$(v))" \
+		$(GO) test -tags docker -count=1 -timeout 20m ./integration/
 
 # Validated, lossless reload of the running demo (edit demo/haproxy.cfg first).
 demo-reload:

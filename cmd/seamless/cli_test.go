@@ -137,3 +137,17 @@ func TestJSONLogs(t *testing.T) {
 		t.Errorf("%d HAProxy lines, %d reload errors; want some and 1", haproxyLines, reloadErrors)
 	}
 }
+
+func TestHealthCommand(t *testing.T) {
+	testenv.HAProxy(t)
+	_, _, in := serving(t, 1, startOpts{})
+	code, out, _ := runBinary(t, []string{"SEAMLESS_STATUS_ADDR=" + in.status}, "health")
+	if code != 0 || !strings.HasPrefix(out, "200 ok") {
+		t.Errorf("healthy: exit %d, %q", code, out)
+	}
+	in.signal(syscall.SIGTERM)
+	in.wait(15 * time.Second)
+	if code, _, _ := runBinary(t, []string{"SEAMLESS_STATUS_ADDR=" + in.status}, "health"); code != exitInvalid {
+		t.Errorf("nothing listening: exit %d, want %d", code, exitInvalid)
+	}
+}

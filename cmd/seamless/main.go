@@ -31,6 +31,7 @@ const usage = `Usage:
   seamless haproxy ARGS...       run HAProxy with these arguments (-W, -db, -S are added)
   seamless -f FILE ARGS...       the same: arguments starting with '-' are HAProxy's
   seamless check [ARGS...]       validate the configuration (haproxy -c) and exit
+  seamless health                ask a running seamless's /healthz (exit 0 if healthy)
   seamless env                   list every environment variable with its default
   seamless version               print versions of seamless, Go and HAProxy
 
@@ -39,7 +40,7 @@ then stop; others are forwarded to the HAProxy master.
 
 Exit codes: HAProxy's own (128+signal if a signal killed it); 2 for a bad
 command line or environment; 'check': 0 valid, 1 invalid, 3 HAProxy could
-not be run.
+not be run; 'health': 0 healthy, 1 not.
 `
 
 // Exit codes of seamless itself.
@@ -80,6 +81,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return printVersion(ctx, bin, stdout)
 	case "check":
 		return check(ctx, cfg, bin, hargs, stdout, stderr, log)
+	case "health":
+		return health(ctx, cfg, stdout, stderr)
 	default:
 		return serve(ctx, cfg, bin, hargs, log)
 	}
@@ -95,7 +98,7 @@ func command(args []string) (string, []string) {
 		return "help", nil
 	case a == "--version" || a == "version":
 		return "version", nil
-	case a == "env" || a == "check":
+	case a == "env" || a == "check" || a == "health":
 		return a, args[1:]
 	case filepath.Base(a) == "haproxy" || strings.HasPrefix(a, "-"):
 		return "run", args
