@@ -80,6 +80,7 @@ type site struct {
 	path     string
 	port     int
 	backend  string
+	global   string // extra lines for the global section
 	extraFE  string
 	noIdleKA bool
 }
@@ -92,7 +93,7 @@ func (s *site) write(t testing.TB, version int) {
 	}
 	cfg := fmt.Sprintf(`global
     log stderr format raw local0 notice
-defaults
+%sdefaults
     mode http
     timeout connect 2s
     timeout client 30s
@@ -103,7 +104,7 @@ defaults
     default_backend be
 backend be
     server s1 %s
-`, idle, s.port, s.extraFE, version, s.backend)
+`, s.global, idle, s.port, s.extraFE, version, s.backend)
 	writeAtomic(t, s.path, cfg)
 }
 

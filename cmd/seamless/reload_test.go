@@ -241,3 +241,32 @@ func TestKilledSeamlessTakesHAProxyDown(t *testing.T) {
 	in.wait(10 * time.Second)
 	testenv.Eventually(t, 10*time.Second, "HAProxy gone", func() bool { return len(processesMentioning(in.runDir)) == 0 })
 }
+
+// TestSlowReloadEndsWithTheNewestFile: a configuration that takes longer
+// to load than SEAMLESS_RELOAD_TIMEOUT, and a newer file asked for while
+// HAProxy is still busy with it. The newer request must not be lost.
+func TestSlowReloadEndsWithTheNewestFile(t *testing.T) {
+	testenv.HAProxy(t)
+	dir := t.TempDir()
+	slow, loading := filepath.Join(dir, "slow.lua"), filepath.Join(dir, "loading")
+	// Slow only where HAProxy loads it for real, not under haproxy -c; the
+	// marker says HAProxy has read the file and is busy with it.
+	lua := fmt.Sprintf(`if os.getenv("HAPROXY_MWORKER") then os.execute("touch %s; sleep 3") end`, loading)
+	if err := os.WriteFile(slow, []byte(lua+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, s, in := serving(t, 1, startOpts{env: []string{"SEAMLESS_RELOAD_TIMEOUT=1s"}})
+
+	s.global = "    lua-load " + slow + "\n"
+	s.write(t, 2)
+	in.signal(syscall.SIGHUP)
+	testenv.Eventually(t, 10*time.Second, "HAProxy busy loading the slow file", func() bool {
+		_, err := os.Stat(loading)
+		return err == nil
+	})
+	s.global = ""
+	s.write(t, 3)
+	in.signal(syscall.SIGHUP)
+	testenv.Eventually(t, 40*time.Second, "the newest file runs", func() bool { return served(s) == "v3" })
+	testenv.Eventually(t, 10*time.Second, "its reload confirmed", func() bool { return in.metric(successes) >= 1 })
+}

@@ -31,7 +31,7 @@ type Config struct {
 	LogFormat     string        `envconfig:"LOG_FORMAT" default:"text" desc:"Log format: text or json. In json, HAProxy's own output lines become records too (component=haproxy)."`
 	LogLevel      string        `envconfig:"LOG_LEVEL" default:"info" desc:"Log level: debug, info, warn or error."`
 	StopGrace     time.Duration `envconfig:"STOP_GRACE" default:"8s" desc:"On SIGTERM/SIGINT, how long in-flight requests may finish after HAProxy stops accepting before it is stopped hard. Keep it below the container runtime's stop timeout (Docker: 10s)."`
-	ReloadTimeout time.Duration `envconfig:"RELOAD_TIMEOUT" default:"60s" desc:"How long a reload (validation, re-execution, new worker) may take before it is counted as failed."`
+	ReloadTimeout time.Duration `envconfig:"RELOAD_TIMEOUT" default:"60s" desc:"How long a reload (validation, re-execution, new worker) may take before it is reported as not confirmed and counted as a failure. A reload HAProxy did not take yet (busy with an earlier one) is tried again instead."`
 	HardStopAfter time.Duration `envconfig:"HARD_STOP_AFTER" default:"5m" desc:"Default for HAProxy's hard-stop-after when the configuration has none: old workers still serving long connections are stopped this long after a reload. 0 adds nothing."`
 	MaxReloads    int           `envconfig:"MAX_RELOADS" default:"50" desc:"Default for HAProxy's mworker-max-reloads when the configuration has none: a worker that survived this many reloads is stopped. 0 adds nothing."`
 }

@@ -91,6 +91,32 @@ func (m *MasterCLI) WaitShowProc(ctx context.Context, ok func(Procs) bool) (Proc
 	}
 }
 
+// WaitWorkerReady polls until a worker answers through the master, and
+// returns `show proc` from then. 3.1+ lists a worker as soon as it is
+// forked, while it still loads its configuration: it serves nothing yet,
+// and a signal sent to the master then is lost. A worker that answers
+// "show version" has finished loading.
+func (m *MasterCLI) WaitWorkerReady(ctx context.Context) (Procs, error) {
+	for {
+		p, err := m.WaitShowProc(ctx, Procs.HasWorkers)
+		if err != nil {
+			return p, err
+		}
+		w := append(append([]Proc{}, p.Workers...), p.Old...)[0]
+		attempt, cancel := context.WithTimeout(ctx, time.Second)
+		out, err := m.Do(attempt, fmt.Sprintf("@!%d show version", w.Pid))
+		cancel()
+		if v := strings.TrimSpace(out); err == nil && v != "" && v[0] >= '0' && v[0] <= '9' {
+			return p, nil
+		}
+		select {
+		case <-ctx.Done():
+			return p, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // ReloadResult is a confirmed outcome of a reload.
 type ReloadResult struct {
 	OK bool
@@ -107,6 +133,11 @@ type ReloadResult struct {
 // established before the deadline.
 var ErrUnconfirmed = errors.New("reload not confirmed")
 
+// ErrNotSent means the master never took the reload: it did not answer, or
+// stayed busy with an earlier one until the deadline. Nothing changed, so
+// the request still stands.
+var ErrNotSent = errors.New("reload not sent")
+
 // Reload asks the master to reload and waits for the outcome. HAProxy 2.7+
 // answers "Success=1|0" followed by the start-up messages; 2.6 closes the
 // connection without a word while it re-executes, so the outcome is read
@@ -115,11 +146,14 @@ var ErrUnconfirmed = errors.New("reload not confirmed")
 func (m *MasterCLI) Reload(ctx context.Context) (ReloadResult, error) {
 	before, err := m.WaitShowProc(ctx, func(Procs) bool { return true })
 	if err != nil {
-		return ReloadResult{}, fmt.Errorf("before reload: %w", err)
+		return ReloadResult{}, fmt.Errorf("%w: master not answering: %v", ErrNotSent, err)
 	}
 	answer, err := m.reloadWhenIdle(ctx)
-	if err != nil && !isConnDrop(err) {
-		return ReloadResult{}, err
+	switch {
+	case errors.Is(err, errBusy):
+		return ReloadResult{}, fmt.Errorf("%w: %v", ErrNotSent, err)
+	case err != nil && !isConnDrop(err) && answer == "" && ctx.Err() == nil:
+		return ReloadResult{}, fmt.Errorf("%w: %v", ErrNotSent, err)
 	}
 	var res ReloadResult
 	explicit := strings.HasPrefix(strings.TrimSpace(answer), "Success=")
@@ -160,6 +194,8 @@ func (m *MasterCLI) Reload(ctx context.Context) (ReloadResult, error) {
 // load) is still in progress: nothing was tried, so ask again.
 const busyAnswer = "Another reload is still in progress"
 
+var errBusy = errors.New("master busy with another reload")
+
 // reloadWhenIdle sends "reload", repeating it while the master answers that
 // it is busy.
 func (m *MasterCLI) reloadWhenIdle(ctx context.Context) (string, error) {
@@ -171,7 +207,7 @@ func (m *MasterCLI) reloadWhenIdle(ctx context.Context) (string, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return answer, ctx.Err()
+			return answer, fmt.Errorf("%w: %v", errBusy, ctx.Err())
 		case <-time.After(delay):
 		}
 		delay = min(delay*2, 100*time.Millisecond)

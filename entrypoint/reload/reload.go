@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/seamless-lb/seamless/entrypoint/haproxy"
@@ -37,6 +38,11 @@ type Outcome struct {
 	Err      error
 	Duration time.Duration
 	Result   haproxy.ReloadResult
+	// Retry: HAProxy never took the reload (busy or not answering), so the
+	// same request is made again. A reload that was sent but not
+	// confirmed is not repeated: a configuration slower to load than the
+	// timeout would otherwise reload forever.
+	Retry bool
 }
 
 // Reloader serialises reloads. Create it with New and run it with Run.
@@ -56,6 +62,7 @@ type Reloader struct {
 	wake    chan struct{}
 	closed  chan struct{}
 	close   sync.Once
+	busy    atomic.Bool
 }
 
 // New returns a Reloader. tap may be nil; log may be nil.
@@ -92,6 +99,7 @@ func (r *Reloader) Close() { r.close.Do(func() { close(r.closed) }) }
 
 // Run performs reloads one at a time until ctx ends or Close is called.
 func (r *Reloader) Run(ctx context.Context) {
+	var retry <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -99,6 +107,13 @@ func (r *Reloader) Run(ctx context.Context) {
 		case <-r.closed:
 			return
 		case <-r.wake:
+		case <-retry:
+			retry = nil
+		}
+		// select picks at random among ready cases: a stop must win over
+		// a queued request.
+		if r.isClosed() {
+			return
 		}
 		r.mu.Lock()
 		reasons := r.pending
@@ -107,12 +122,38 @@ func (r *Reloader) Run(ctx context.Context) {
 		if len(reasons) == 0 {
 			continue
 		}
+		r.busy.Store(true)
 		o := r.reload(ctx, reasons)
+		r.busy.Store(false)
 		if r.OnDone != nil {
 			r.OnDone(o)
 		}
+		if o.Retry {
+			// Never sent: HAProxy may be running an older file than the
+			// one asked for, so the request stays.
+			r.mu.Lock()
+			r.pending = append(reasons, r.pending...)
+			r.mu.Unlock()
+			retry = time.After(retryDelay)
+		}
 	}
 }
+
+// retryDelay spaces attempts at a reload that could not be confirmed.
+const retryDelay = time.Second
+
+func (r *Reloader) isClosed() bool {
+	select {
+	case <-r.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Busy reports whether a reload is in flight; a signal forwarded to the
+// master while it re-executes would be lost or kill it.
+func (r *Reloader) Busy() bool { return r.busy.Load() }
 
 func (r *Reloader) reload(ctx context.Context, reasons []string) Outcome {
 	start := time.Now()
@@ -125,7 +166,22 @@ func (r *Reloader) reload(ctx context.Context, reasons []string) Outcome {
 		mark = r.tap.Mark()
 	}
 
-	if err := r.checker.Check(ctx); err != nil {
+	// A stop cancels a reload that has not reached HAProxy yet.
+	vctx, vcancel := context.WithCancel(ctx)
+	defer vcancel()
+	go func() {
+		select {
+		case <-r.closed:
+			vcancel()
+		case <-vctx.Done():
+		}
+	}()
+	if err := r.checker.Check(vctx); err != nil {
+		if r.isClosed() {
+			o.Err = fmt.Errorf("stopping: %w", err)
+			r.log.Info("reload abandoned, stopping", "reason", why)
+			return o
+		}
 		o.Err = err
 		o.Duration = time.Since(start)
 		r.metrics.Reloads.WithLabelValues(metrics.Failure).Inc()
@@ -140,15 +196,25 @@ func (r *Reloader) reload(ctx context.Context, reasons []string) Outcome {
 		return o
 	}
 
+	if r.isClosed() {
+		o.Err = errors.New("stopping")
+		r.log.Info("reload abandoned, stopping", "reason", why)
+		return o
+	}
 	r.log.Debug("configuration valid, reloading", "reason", why, "validated_in", time.Since(start))
 	res, err := r.master.Reload(ctx)
 	o.Result, o.Duration = res, time.Since(start)
 	r.metrics.ReloadDuration.Observe(o.Duration.Seconds())
 	switch {
+	case errors.Is(err, haproxy.ErrNotSent):
+		// Nothing happened; the request stays and is tried again.
+		o.Err, o.Retry = err, true
+		r.log.Warn("HAProxy did not take the reload yet (still busy with an earlier one?); trying again",
+			"reason", why, "duration", o.Duration, "retry_in", retryDelay, "err", err)
 	case err != nil:
 		o.Err = err
 		r.metrics.Reloads.WithLabelValues(metrics.Failure).Inc()
-		r.log.Error("reload not confirmed; HAProxy may still be re-executing, check its messages above",
+		r.log.Error("reload sent but not confirmed within SEAMLESS_RELOAD_TIMEOUT; HAProxy may still be loading it, check its messages above",
 			"reason", why, "duration", o.Duration, "err", err)
 	case !res.OK:
 		o.Err = fmt.Errorf("HAProxy refused the new configuration")

@@ -138,3 +138,85 @@ func TestRefusedReloadCountsAsFailure(t *testing.T) {
 		t.Errorf("successes = %v, want 0", v)
 	}
 }
+
+// scriptMaster answers reloads from a list of results.
+type scriptMaster struct {
+	mu      sync.Mutex
+	results []error
+	calls   int
+}
+
+func (m *scriptMaster) Reload(ctx context.Context) (haproxy.ReloadResult, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls++
+	if len(m.results) == 0 {
+		return haproxy.ReloadResult{OK: true}, nil
+	}
+	err := m.results[0]
+	m.results = m.results[1:]
+	return haproxy.ReloadResult{OK: err == nil}, err
+}
+
+// A reload HAProxy never took (busy with an earlier one) is tried again:
+// otherwise the newest file would never run.
+func TestNotSentIsRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := &scriptMaster{results: []error{haproxy.ErrNotSent, haproxy.ErrNotSent}}
+		r, met, outcomes := run(t, m, checkFunc(func(context.Context) error { return nil }))
+		r.Request("SIGHUP")
+		for i := range 3 {
+			o := <-outcomes
+			if (i < 2) != o.Retry || (i == 2) != o.OK {
+				t.Fatalf("attempt %d: %+v", i, o)
+			}
+		}
+		synctest.Wait()
+		if m.calls != 3 {
+			t.Errorf("%d attempts, want 3", m.calls)
+		}
+		if v := testutil.ToFloat64(met.Reloads.WithLabelValues(metrics.Failure)); v != 0 {
+			t.Errorf("failures = %v: a reload that was never sent is no failure", v)
+		}
+	})
+}
+
+// A reload that was sent but not confirmed is not repeated: a
+// configuration slower to load than the timeout would reload forever.
+func TestUnconfirmedIsNotRepeated(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := &scriptMaster{results: []error{haproxy.ErrUnconfirmed}}
+		r, met, outcomes := run(t, m, checkFunc(func(context.Context) error { return nil }))
+		r.Request("SIGHUP")
+		if o := <-outcomes; o.Retry || o.OK {
+			t.Fatalf("outcome %+v", o)
+		}
+		time.Sleep(10 * retryDelay) // fake time inside the bubble
+		synctest.Wait()
+		if m.calls != 1 {
+			t.Errorf("%d attempts, want 1", m.calls)
+		}
+		if v := testutil.ToFloat64(met.Reloads.WithLabelValues(metrics.Failure)); v != 1 {
+			t.Errorf("failures = %v, want 1", v)
+		}
+	})
+}
+
+// Close wins over a queued request: no reload starts once stopping.
+func TestCloseWinsOverQueuedRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for range 50 {
+			m := &scriptMaster{}
+			met := metrics.New()
+			r := New(m, checkFunc(func(context.Context) error { return nil }), nil, met, nil, 10*time.Second)
+			r.Request("SIGHUP")
+			r.Close()
+			done := make(chan struct{})
+			go func() { r.Run(t.Context()); close(done) }()
+			<-done
+			if m.calls != 0 {
+				t.Fatalf("a reload started after Close")
+			}
+		}
+	})
+}

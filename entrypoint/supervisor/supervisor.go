@@ -31,8 +31,9 @@ var (
 	reloadSignals = []os.Signal{syscall.SIGHUP, syscall.SIGUSR2}
 	// SIGPWR is how LXC and Incus stop a container.
 	stopSignals = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGPWR}
-	forwarded   = []os.Signal{syscall.SIGUSR1, syscall.SIGQUIT, syscall.SIGWINCH,
-		syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGALRM, syscall.SIGCONT}
+	// The master has no handler for SIGALRM, which would kill it.
+	forwarded = []os.Signal{syscall.SIGUSR1, syscall.SIGQUIT, syscall.SIGWINCH,
+		syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGCONT}
 )
 
 // hardStopWait is how long the master has to exit after SIGTERM before
@@ -145,6 +146,7 @@ func (s *Supervisor) Run(ctx context.Context) int {
 	hardStop := func(why string) {
 		s.log.Warn("stopping haproxy hard; connections still open are closed", "why", why)
 		stopReloads()
+		cancelRun() // no soft stop may follow the hard one
 		_ = master.Signal(syscall.SIGTERM)
 		grace, draining = nil, nil
 		if kill == nil {
@@ -155,8 +157,9 @@ func (s *Supervisor) Run(ctx context.Context) int {
 	for {
 		select {
 		case <-master.Done():
+			code := s.exited(master)
 			s.waitCopied(copied)
-			return s.exited(master)
+			return code
 		case <-ctxDone:
 			ctxDone = nil
 			stop("context cancelled")
@@ -189,7 +192,7 @@ func (s *Supervisor) softStop(ctx context.Context, wg *sync.WaitGroup, reloaderD
 		case <-reloaderDone:
 		case <-ctx.Done():
 		}
-		if _, err := s.cli.WaitShowProc(ctx, haproxy.Procs.HasWorkers); err != nil {
+		if _, err := s.cli.WaitWorkerReady(ctx); err != nil {
 			out <- fmt.Errorf("master not answering, cannot drain: %w", err)
 			return
 		}
@@ -216,8 +219,8 @@ func (s *Supervisor) handle(sig syscall.Signal, master *reaper.Child, stop, hard
 	default:
 		// Before its handlers exist, many of these would kill or stop
 		// the master with their default action.
-		if !s.ready.Load() {
-			s.log.Warn("haproxy not ready yet, dropping signal", "signal", name)
+		if !s.ready.Load() || s.reloader.Busy() {
+			s.log.Warn("haproxy is starting or reloading, dropping signal", "signal", name)
 			return
 		}
 		s.log.Info("forwarding signal to haproxy master", "signal", name)
@@ -260,7 +263,7 @@ func (s *Supervisor) start() (*reaper.Child, <-chan struct{}, error) {
 
 // awaitReady logs once the first worker serves.
 func (s *Supervisor) awaitReady(ctx context.Context) {
-	p, err := s.cli.WaitShowProc(ctx, haproxy.Procs.HasWorkers)
+	p, err := s.cli.WaitWorkerReady(ctx)
 	if err != nil {
 		return
 	}
