@@ -138,10 +138,10 @@ func start(t *testing.T, c *client.Client, image string) *box {
 	b.front = hostAddr(t, insp.NetworkSettings.Ports[fe])
 	b.status = hostAddr(t, insp.NetworkSettings.Ports[st])
 	testenv.Eventually(t, 30*time.Second, "seamless healthy in the container", func() bool {
-		code, _ := get("http://" + b.status + "/healthz")
+		code, _ := testenv.Get("http://" + b.status + "/healthz")
 		body := ""
 		if code == 200 {
-			_, body = get("http://" + b.front + "/")
+			_, body = testenv.Get("http://" + b.front + "/")
 		}
 		return body == "v0"
 	})
@@ -184,19 +184,7 @@ func (b *box) kill(sig string) {
 
 func (b *box) metric(name string) float64 {
 	b.t.Helper()
-	code, body := get("http://" + b.status + "/metrics")
-	if code != 200 {
-		b.t.Fatalf("/metrics: %d", code)
-	}
-	sc := bufio.NewScanner(strings.NewReader(body))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			return f
-		}
-	}
-	b.t.Fatalf("no metric %s", name)
-	return 0
+	return testenv.Metric(b.t, b.status, name)
 }
 
 // procs counts the container's HAProxy processes and zombies as seen from
@@ -242,17 +230,6 @@ func (b *box) procs() (haproxy, zombies int) {
 	return haproxy, zombies
 }
 
-func get(url string) (int, string) {
-	c := http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := c.Get(url)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, strings.TrimSpace(string(b))
-}
-
 // TestDockerKillHUPUnderLoad is the headline: 100 `docker kill -s HUP`
 // under load, the config changing before every other one, drop nothing;
 // the last config runs; no zombie and no leftover worker remain.
@@ -285,7 +262,7 @@ func TestDockerKillHUPUnderLoad(t *testing.T) {
 				})
 			}
 			testenv.Eventually(t, 10*time.Second, "the last config serves", func() bool {
-				_, body := get("http://" + b.front + "/")
+				_, body := testenv.Get("http://" + b.front + "/")
 				return body == fmt.Sprintf("v%d", last)
 			})
 			for i, l := range loads {

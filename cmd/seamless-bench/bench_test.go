@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,17 +13,7 @@ import (
 // seamlessBin is the real seamless, built once for scenario a.
 var seamlessBin string
 
-func TestMain(m *testing.M) {
-	bin, dir, err := testenv.BuildSeamless("../seamless")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	seamlessBin = bin
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.RunWithSeamless(m, "../seamless", &seamlessBin) }
 
 func TestParseReloadCounts(t *testing.T) {
 	text := `# HELP seamless_reloads_total Reloads by result.

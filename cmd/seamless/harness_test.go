@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -27,17 +26,7 @@ import (
 
 var seamlessBin string
 
-func TestMain(m *testing.M) {
-	bin, dir, err := testenv.BuildSeamless(".")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	seamlessBin = bin
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.RunWithSeamless(m, ".", &seamlessBin) }
 
 // backend is an HTTP server in the test process: "/" answers at once,
 // "/slow?ms=N" after N milliseconds and reports on started when it begins.
@@ -245,11 +234,11 @@ func (in *instance) waitReady(s *site) {
 			in.t.Fatalf("seamless exited with %d before it was ready", in.code)
 		default:
 		}
-		code, _ := httpGet("http://" + in.status + "/healthz")
+		code, _ := testenv.Get("http://" + in.status + "/healthz")
 		if code != 200 {
 			return false
 		}
-		code, _ = httpGet("http://" + s.addr() + "/version")
+		code, _ = testenv.Get("http://" + s.addr() + "/version")
 		return code == 200
 	})
 }
@@ -273,26 +262,10 @@ func (in *instance) wait(timeout time.Duration) int {
 	}
 }
 
-// metric reads one sample from /metrics, e.g.
-// `seamless_reloads_total{result="success"}`.
+// metric reads one sample from /metrics.
 func (in *instance) metric(name string) float64 {
 	in.t.Helper()
-	code, body := httpGet("http://" + in.status + "/metrics")
-	if code != 200 {
-		in.t.Fatalf("/metrics answered %d", code)
-	}
-	sc := bufio.NewScanner(strings.NewReader(body))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				in.t.Fatal(err)
-			}
-			return f
-		}
-	}
-	in.t.Fatalf("metric %s not found", name)
-	return 0
+	return testenv.Metric(in.t, in.status, name)
 }
 
 const (
@@ -317,19 +290,8 @@ func (in *instance) showProc() haproxy.Procs {
 
 // version asks the frontend which config version serves it.
 func served(s *site) string {
-	_, body := httpGet("http://" + s.addr() + "/version")
+	_, body := testenv.Get("http://" + s.addr() + "/version")
 	return body
-}
-
-func httpGet(url string) (int, string) {
-	c := http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := c.Get(url)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, strings.TrimSpace(string(b))
 }
 
 // childrenOf lists the pids whose parent is pid.

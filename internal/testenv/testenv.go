@@ -5,11 +5,14 @@ package testenv
 
 import (
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -77,4 +80,52 @@ func BuildSeamless(pkg string) (bin, dir string, err error) {
 		return "", "", fmt.Errorf("building seamless: %w", err)
 	}
 	return bin, dir, nil
+}
+
+// RunWithSeamless is a TestMain body: it builds the seamless command at pkg
+// into *bin, runs the tests and exits with their status.
+func RunWithSeamless(m *testing.M, pkg string, bin *string) {
+	path, dir, err := BuildSeamless(pkg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*bin = path
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// Get fetches url without keep-alive; the status is 0 when the request
+// failed, and the body then holds the error.
+func Get(url string) (int, string) {
+	c := http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+// Metric reads one sample, e.g. `seamless_reloads_total{result="success"}`,
+// from the Prometheus endpoint of a seamless status address.
+func Metric(t testing.TB, statusAddr, name string) float64 {
+	t.Helper()
+	code, body := Get("http://" + statusAddr + "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics answered %d: %s", code, body)
+	}
+	for line := range strings.Lines(body) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("metric %s: %v", name, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("metric %s not found", name)
+	return 0
 }
