@@ -6,7 +6,7 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 CACHE := $(CURDIR)/.cache
 
-.PHONY: all build deps test test-matrix test-docker image demo demo-reload bench-reload clean
+.PHONY: all build deps test test-matrix test-docker image consul demo demo-reload bench-reload clean
 
 all: build
 
@@ -24,9 +24,12 @@ deps:
 	fi
 	@haproxy -v | head -1
 
-# Root filesystems with newer HAProxy versions for the test matrix are
-# cached here, outside the checkout, and rebuilt when missing.
-HOSTMATRIX_CACHE ?= /var/cache/seamless
+# What the tests need and take long to make (root filesystems with newer
+# HAProxy versions, the Consul agent) is cached here, outside the
+# checkout, and rebuilt when missing.
+TEST_CACHE ?= /var/cache/seamless
+CONSUL_VERSION := 1.14.11
+CONSUL := $(TEST_CACHE)/consul/consul-$(CONSUL_VERSION)
 MATRIX ?= 3.0 3.2
 
 test: deps
@@ -38,10 +41,10 @@ test: deps
 # The supervisor and master-CLI tests again against HAProxy 3.0 (trixie)
 # and 3.2 (forky), whose master CLI answers reloads differently from 2.6.
 test-matrix:
-	integration/hostmatrix/prepare.sh $(HOSTMATRIX_CACHE)
+	integration/hostmatrix/prepare.sh $(TEST_CACHE)
 	@set -e; for v in $(MATRIX); do \
 		echo "== HAProxy $$v"; \
-		SEAMLESS_HAPROXY_BIN=$(HOSTMATRIX_CACHE)/bin/haproxy-$$v \
+		SEAMLESS_HAPROXY_BIN=$(TEST_CACHE)/bin/haproxy-$$v \
 			$(GO) test -count=1 -timeout 15m ./cmd/seamless ./entrypoint/haproxy; \
 	done
 
@@ -62,7 +65,7 @@ demo: deps build
 # haproxy and golang images instead.
 IMAGE ?= seamless
 image: build
-	image/bases.sh $(HOSTMATRIX_CACHE)
+	image/bases.sh $(TEST_CACHE)
 	@set -e; for v in $(MATRIX); do \
 		echo "== $(IMAGE):haproxy-$$v"; \
 		docker build -q -f image/Dockerfile -t $(IMAGE):haproxy-$$v \
@@ -76,6 +79,13 @@ image: build
 test-docker: image
 	SEAMLESS_IMAGES="$(foreach v,$(MATRIX),$(IMAGE):haproxy-$(v))" \
 		$(GO) test -tags docker -count=1 -timeout 20m ./integration/
+
+# The Consul agent for the discovery tests, built from the module proxy by
+# a tool module of its own (about 6 minutes on 2 cores, once).
+consul: $(CONSUL)
+$(CONSUL):
+	@mkdir -p $(dir $@)
+	cd tools/consul && CGO_ENABLED=0 $(GO) build -trimpath -o $@.tmp github.com/hashicorp/consul && mv $@.tmp $@
 
 # Validated, lossless reload of the running demo (edit demo/haproxy.cfg first).
 demo-reload:
