@@ -216,3 +216,82 @@ func slowRequest(t *testing.T, s *site, ms int) <-chan string {
 	}()
 	return out
 }
+
+// slowLua writes a Lua file that makes HAProxy's real loads (not haproxy
+// -c) take three seconds, and touches marker when one begins.
+func slowLua(t *testing.T) (path, marker string) {
+	t.Helper()
+	dir := t.TempDir()
+	path, marker = filepath.Join(dir, "slow.lua"), filepath.Join(dir, "loading")
+	lua := fmt.Sprintf(`if os.getenv("HAPROXY_MWORKER") then os.execute("touch %s; sleep 3") end`, marker)
+	if err := os.WriteFile(path, []byte(lua+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, marker
+}
+
+func waitFile(t *testing.T, path, what string) {
+	t.Helper()
+	testenv.Eventually(t, 15*time.Second, what, func() bool {
+		_, err := os.Stat(path)
+		return err == nil
+	})
+}
+
+// TestStopWhileHAProxyStartsDrains: a stop signal while HAProxy still loads
+// its configuration must not kill it with an early SIGUSR1 (exit 138) nor
+// leave it serving until the hard stop; and /healthz is not 200 before the
+// frontend serves.
+func TestStopWhileHAProxyStartsDrains(t *testing.T) {
+	requireUnshare(t)
+	// Before 3.1 the master loads the configuration before any worker
+	// exists, without HAPROXY_MWORKER set, so the slow file cannot single
+	// out the real load; from 3.1 the worker loads it while listed.
+	out, err := exec.Command(testenv.HAProxy(t), "-v").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := strings.Fields(string(out)); len(f) < 3 || f[2] < "3.1" {
+		t.Skipf("HAProxy %s loads its configuration in the master", f[2])
+	}
+	lua, loading := slowLua(t)
+	s := newSite(t, startBackend(t))
+	s.global = "    lua-load " + lua + "\n"
+	s.write(t, 1)
+	in := startSeamless(t, s, startOpts{pid1: true, env: []string{"SEAMLESS_STOP_GRACE=30s"}})
+	waitFile(t, loading, "HAProxy loading its configuration")
+	if code, _ := testenv.Get("http://" + in.status + "/healthz"); code == 200 {
+		t.Error("/healthz is 200 while HAProxy still loads")
+	}
+	in.signal(syscall.SIGTERM)
+	if code := in.wait(20 * time.Second); code != 0 {
+		t.Errorf("exit code %d, want 0", code)
+	}
+	if strings.Contains(in.out.String(), "drain did not finish") {
+		t.Error("stopped hard instead of draining")
+	}
+}
+
+// TestSignalsDuringAReloadAreNotForwarded: a master that re-executes would
+// lose a forwarded signal or die of it; seamless holds back and says so.
+func TestSignalsDuringAReloadAreNotForwarded(t *testing.T) {
+	requireUnshare(t)
+	lua, loading := slowLua(t)
+	_, s, in := serving(t, 1, startOpts{pid1: true})
+	s.global = "    lua-load " + lua + "\n"
+	s.write(t, 2)
+	in.signal(syscall.SIGHUP)
+	waitFile(t, loading, "HAProxy busy reloading")
+	in.signal(syscall.SIGUSR1)
+	testenv.Eventually(t, 10*time.Second, "signal dropped with a warning", func() bool {
+		return strings.Contains(in.out.String(), "dropping signal")
+	})
+	testenv.Eventually(t, 30*time.Second, "the reload completes and serves", func() bool {
+		return served(s) == "v2" && in.metric(successes) == 1
+	})
+	select {
+	case <-in.exited:
+		t.Fatalf("seamless exited (%d) after a signal during a reload", in.code)
+	default:
+	}
+}
