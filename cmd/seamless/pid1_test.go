@@ -295,3 +295,25 @@ func TestSignalsDuringAReloadAreNotForwarded(t *testing.T) {
 	default:
 	}
 }
+
+// TestStopDuringStartUpIsNotLost: a `docker stop` while seamless still
+// checks the configuration at start-up must become a drain, not Go's
+// default exit with status 2.
+func TestStopDuringStartUpIsNotLost(t *testing.T) {
+	requireUnshare(t)
+	wrapper, gate, waiting := gatedHAProxy(t)
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := newSite(t, startBackend(t))
+	s.write(t, 1)
+	in := startSeamless(t, s, startOpts{pid1: true, env: []string{"SEAMLESS_HAPROXY_BIN=" + wrapper}, args: []string{"-f", s.path}})
+	waitFile(t, waiting, "start-up validation held")
+	in.signal(syscall.SIGTERM)
+	if err := os.Remove(gate); err != nil {
+		t.Fatal(err)
+	}
+	if code := in.wait(20 * time.Second); code != 0 {
+		t.Errorf("exit code %d, want 0", code)
+	}
+}

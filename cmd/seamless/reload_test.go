@@ -177,22 +177,7 @@ func TestFailedReloadIsVisible(t *testing.T) {
 // reload. A build that drops them would stop at one reload, one that
 // reloads per signal would do many.
 func TestSignalsDuringAReloadCoalesce(t *testing.T) {
-	real := testenv.HAProxy(t)
-	dir := t.TempDir()
-	gate, waiting := filepath.Join(dir, "gate"), filepath.Join(dir, "waiting")
-	wrapper := filepath.Join(dir, "haproxy")
-	script := fmt.Sprintf(`#!/bin/sh
-for a in "$@"; do
-  if [ "$a" = "-c" ] && [ -e %[1]s ]; then
-    touch %[2]s
-    while [ -e %[1]s ]; do sleep 0.01; done
-  fi
-done
-exec %[3]s "$@"
-`, gate, waiting, real)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	wrapper, gate, waiting := gatedHAProxy(t)
 	s := newSite(t, startBackend(t))
 	s.write(t, 0)
 	in := startSeamless(t, s, startOpts{env: []string{"SEAMLESS_HAPROXY_BIN=" + wrapper}, args: []string{"-f", s.path}})
@@ -269,4 +254,28 @@ func TestSlowReloadEndsWithTheNewestFile(t *testing.T) {
 	in.signal(syscall.SIGHUP)
 	testenv.Eventually(t, 40*time.Second, "the newest file runs", func() bool { return served(s) == "v3" })
 	testenv.Eventually(t, 10*time.Second, "its reload confirmed", func() bool { return in.metric(successes) >= 1 })
+}
+
+// gatedHAProxy is a haproxy whose `-c` runs wait while the file gate
+// exists, after touching waiting: a validation held as long as a test
+// needs.
+func gatedHAProxy(t *testing.T) (wrapper, gate, waiting string) {
+	t.Helper()
+	real := testenv.HAProxy(t)
+	dir := t.TempDir()
+	gate, waiting = filepath.Join(dir, "gate"), filepath.Join(dir, "waiting")
+	wrapper = filepath.Join(dir, "haproxy")
+	script := fmt.Sprintf(`#!/bin/sh
+for a in "$@"; do
+  if [ "$a" = "-c" ] && [ -e %[1]s ]; then
+    touch %[2]s
+    while [ -e %[1]s ]; do sleep 0.01; done
+  fi
+done
+exec %[3]s "$@"
+`, gate, waiting, real)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return wrapper, gate, waiting
 }

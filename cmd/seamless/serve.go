@@ -22,6 +22,8 @@ import (
 
 // serve is the long-running mode: HAProxy supervised until it exits.
 func serve(ctx context.Context, cfg *config.Config, bin string, args []string, log *slog.Logger) int {
+	// First of all: signals that arrive during start-up wait here.
+	sigs := supervisor.Notify()
 	log.Info("starting", "version", versionLine(), "pid", os.Getpid())
 	if err := os.MkdirAll(cfg.RunDir, 0o750); err != nil {
 		log.Error("cannot create SEAMLESS_RUN_DIR", "dir", cfg.RunDir, "err", err)
@@ -67,7 +69,7 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 		log.Warn("validating at full cost", "err", err)
 	}
 	rl := reload.New(cli, validator, tap, m, log, cfg.ReloadTimeout)
-	opts := supervisor.Options{Bin: bin, Args: cl.RunArgs(extra...), Env: env, StopGrace: cfg.StopGrace}
+	opts := supervisor.Options{Bin: bin, Args: cl.RunArgs(extra...), Env: env, StopGrace: cfg.StopGrace, Signals: sigs}
 	if cfg.LogFormat == "json" {
 		opts.Output = haproxyLines{log}
 	}

@@ -41,12 +41,24 @@ var (
 const hardStopWait = 2 * time.Second
 
 // Options configure a Supervisor.
+// Notify starts catching every signal the supervisor handles. Call it as
+// early as possible and pass the channel in Options.Signals: until then the
+// Go runtime's default applies, and a SIGHUP or SIGTERM during start-up
+// (the configuration checks) would end seamless at once with status 2
+// instead of becoming a reload or a drain.
+func Notify() chan os.Signal {
+	sigs := make(chan os.Signal, 64)
+	signal.Notify(sigs, append(append(append([]os.Signal{}, reloadSignals...), stopSignals...), forwarded...)...)
+	return sigs
+}
+
 type Options struct {
 	Bin       string   // haproxy executable
 	Args      []string // the master's arguments (CommandLine.RunArgs)
 	Env       []string
 	StopGrace time.Duration
-	Output    io.Writer // where HAProxy's stdout and stderr are copied
+	Output    io.Writer      // where HAProxy's stdout and stderr are copied
+	Signals   chan os.Signal // from Notify; nil: Run calls Notify itself
 }
 
 // Supervisor runs one HAProxy master.
@@ -105,8 +117,10 @@ func isDone(c *reaper.Child) bool {
 // the exit code for the process: the master's, or 128+signal. Cancelling
 // ctx is a graceful stop, as SIGTERM is.
 func (s *Supervisor) Run(ctx context.Context) int {
-	sigs := make(chan os.Signal, 64)
-	signal.Notify(sigs, append(append(append([]os.Signal{}, reloadSignals...), stopSignals...), forwarded...)...)
+	sigs := s.opts.Signals
+	if sigs == nil {
+		sigs = Notify()
+	}
 	defer signal.Stop(sigs)
 
 	master, copied, err := s.start()
