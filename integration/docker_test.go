@@ -15,7 +15,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +24,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/seamless-lb/seamless/integration/loadgen"
+	"github.com/seamless-lb/seamless/internal/procfs"
 	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
@@ -188,43 +188,15 @@ func (b *box) metric(name string) float64 {
 }
 
 // procs counts the container's HAProxy processes and zombies as seen from
-// the host's /proc (the test runs as root on the engine's host).
+// the host (the test runs as root on the engine's host).
 func (b *box) procs() (haproxy, zombies int) {
 	b.t.Helper()
-	type proc struct {
-		ppid  int
-		name  string
-		state string
-	}
-	all := map[int]proc{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		s := string(stat)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		ppid, _ := strconv.Atoi(f[1])
-		all[pid] = proc{ppid: ppid, name: s[strings.IndexByte(s, '(')+1 : strings.LastIndexByte(s, ')')], state: f[0]}
-	}
-	below := map[int]bool{b.inspect().State.Pid: true}
-	for changed := true; changed; {
-		changed = false
-		for pid, p := range all {
-			if below[p.ppid] && !below[pid] {
-				below[pid], changed = true, true
-				switch {
-				case p.state == "Z":
-					zombies++
-				case p.name == "haproxy":
-					haproxy++
-				}
-			}
+	for _, p := range procfs.Descendants(b.inspect().State.Pid) {
+		switch {
+		case p.Zombie():
+			zombies++
+		case p.Name == "haproxy":
+			haproxy++
 		}
 	}
 	return haproxy, zombies

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seamless-lb/seamless/internal/procfs"
 	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
@@ -98,7 +99,7 @@ func TestReloadAllScenarios(t *testing.T) {
 		}
 	}
 	// Nothing we started may outlive the run.
-	if pids := processesMentioning(tmp); len(pids) > 0 {
+	if pids := procfs.Mentioning(tmp); len(pids) > 0 {
 		t.Errorf("processes left running: %v", pids)
 	}
 	if strings.Contains(stderr.String(), "leftover") {

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/seamless-lb/seamless/integration/loadgen"
+	"github.com/seamless-lb/seamless/internal/procfs"
 )
 
 func main() {
@@ -70,7 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// Last resort: every process we started names root in its command
 		// line; one still running here was leaked by a scenario (or by
 		// the seamless under test) and is reported and killed.
-		for _, pid := range processesMentioning(root) {
+		for _, pid := range procfs.Mentioning(root) {
 			log.Warn("killing leftover process", "pid", pid)
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}

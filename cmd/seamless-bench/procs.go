@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,11 +9,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/seamless-lb/seamless/internal/procfs"
 )
 
 // errExited marks errors that end a run: a process the scenario depends on
@@ -195,37 +195,13 @@ func readPidfile(path string) ([]int, error) {
 	return pids, nil
 }
 
-// ownedBy reports whether pid is alive and its command line contains
-// marker (our private temp dir), so a recycled pid is never signalled.
-func ownedBy(pid int, marker string) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return false
-	}
-	return bytes.Contains(b, []byte(marker))
-}
-
-// processesMentioning returns the live processes whose command line
-// contains marker.
-func processesMentioning(marker string) []int {
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	var pids []int
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(filepath.Base(d))
-		if err == nil && pid != os.Getpid() && ownedBy(pid, marker) && !isZombie(pid) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
 // stopDaemons sends SIGTERM to those of pids that we own, waits up to grace
 // for them to go, then sends SIGKILL to the rest.
 func stopDaemons(pids []int, marker string, grace time.Duration) error {
 	live := func() []int {
 		var out []int
 		for _, pid := range pids {
-			if ownedBy(pid, marker) && !isZombie(pid) {
+			if procfs.Mentions(pid, marker) {
 				out = append(out, pid)
 			}
 		}
@@ -245,18 +221,6 @@ func stopDaemons(pids []int, marker string, grace time.Duration) error {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	return fmt.Errorf("haproxy pids %v did not exit within %v of SIGTERM; killed", left, grace)
-}
-
-// isZombie reports whether pid has exited but not been reaped yet.
-func isZombie(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the parenthesised command name, which may itself
-	// contain spaces or parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
 }
 
 // tail returns the last n lines of the file at path, for error messages.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/seamless-lb/seamless/entrypoint/haproxy"
+	"github.com/seamless-lb/seamless/internal/procfs"
 )
 
 // Bounds on waiting for processes. A reload that HAProxy loses (a signal
@@ -207,7 +208,7 @@ func (s *legacy) run(ctx context.Context) error {
 func (s *legacy) alive() error {
 	pids, _ := readPidfile(s.pidfile)
 	for _, pid := range pids {
-		if ownedBy(pid, s.env.dir) && !isZombie(pid) {
+		if procfs.Mentions(pid, s.env.dir) {
 			return nil
 		}
 	}
@@ -225,7 +226,7 @@ func (s *legacy) stop() error {
 	// left a daemon it never wrote to the pidfile: stop every process that
 	// names our private directory, which includes the pidfile's.
 	pids, _ := readPidfile(s.pidfile)
-	for _, pid := range processesMentioning(s.env.dir) {
+	for _, pid := range procfs.Mentioning(s.env.dir) {
 		if !slices.Contains(pids, pid) {
 			pids = append(pids, pid)
 		}

@@ -11,13 +11,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/seamless-lb/seamless/entrypoint/haproxy"
+	"github.com/seamless-lb/seamless/internal/procfs"
 	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
@@ -193,7 +193,7 @@ func startSeamless(t *testing.T, s *site, o startOpts) *instance {
 			}
 		}
 		testenv.Eventually(t, 10*time.Second, "no HAProxy outlives seamless", func() bool {
-			return len(processesMentioning(in.runDir)) == 0
+			return len(procfs.Mentioning(in.runDir)) == 0
 		})
 		if t.Failed() {
 			t.Logf("seamless output:\n%s", in.out.String())
@@ -202,9 +202,9 @@ func startSeamless(t *testing.T, s *site, o startOpts) *instance {
 	in.pid = in.cmd.Process.Pid
 	if o.pid1 {
 		testenv.Eventually(t, 10*time.Second, "seamless started inside the namespace", func() bool {
-			kids := childrenOf(in.cmd.Process.Pid)
+			kids := procfs.Children(in.cmd.Process.Pid)
 			if len(kids) == 1 {
-				in.pid = kids[0]
+				in.pid = kids[0].Pid
 				return true
 			}
 			return false
@@ -292,82 +292,4 @@ func (in *instance) showProc() haproxy.Procs {
 func served(s *site) string {
 	_, body := testenv.Get("http://" + s.addr() + "/version")
 	return body
-}
-
-// childrenOf lists the pids whose parent is pid.
-func childrenOf(pid int) []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if st, ok := procStat(p); ok && st.ppid == pid {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-type stat struct {
-	state byte
-	ppid  int
-}
-
-func procStat(pid int) (stat, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return stat{}, false
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 2 {
-		return stat{}, false
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return stat{state: f[0][0], ppid: ppid}, true
-}
-
-// descendants returns pid's whole process tree below it.
-func descendants(pid int) []int {
-	var out []int
-	queue := []int{pid}
-	for len(queue) > 0 {
-		kids := childrenOf(queue[0])
-		queue = append(queue[1:], kids...)
-		out = append(out, kids...)
-	}
-	return out
-}
-
-// zombies lists the processes below pid that are zombies.
-func zombies(pid int) []int {
-	var z []int
-	for _, p := range descendants(pid) {
-		if st, ok := procStat(p); ok && st.state == 'Z' {
-			z = append(z, p)
-		}
-	}
-	return z
-}
-
-// processesMentioning lists live processes whose command line contains s.
-func processesMentioning(s string) []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil || !strings.Contains(string(b), s) {
-			continue
-		}
-		if st, ok := procStat(pid); ok && st.state != 'Z' {
-			out = append(out, pid)
-		}
-	}
-	return out
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seamless-lb/seamless/internal/procfs"
 	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
@@ -57,10 +58,15 @@ func TestPID1ReapsOrphans(t *testing.T) {
 	}
 	// 21 runs of the wrapper left 63 orphans, plus HAProxy's old workers.
 	testenv.Eventually(t, 10*time.Second, "no zombie in the namespace", func() bool {
-		return len(zombies(in.pid)) == 0
+		for _, p := range procfs.Descendants(in.pid) {
+			if p.Zombie() {
+				return false
+			}
+		}
+		return true
 	})
 	testenv.Eventually(t, 10*time.Second, "only the master and one worker left", func() bool {
-		return len(descendants(in.pid)) == 2
+		return len(procfs.Descendants(in.pid)) == 2
 	})
 	if !strings.Contains(in.out.String(), "reaped orphan") {
 		t.Error("no orphan was reaped by seamless")
@@ -78,9 +84,9 @@ func TestPID1PropagatesExitCodes(t *testing.T) {
 		master := in.showProc().Master.Pid
 		// The master's pid inside the namespace; find it from here.
 		var hostPid int
-		for _, p := range childrenOf(in.pid) {
-			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", p)); strings.Contains(string(b), fmt.Sprintf("NSpid:\t%d\t%d", p, master)) {
-				hostPid = p
+		for _, p := range procfs.Children(in.pid) {
+			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid)); strings.Contains(string(b), fmt.Sprintf("NSpid:\t%d\t%d", p.Pid, master)) {
+				hostPid = p.Pid
 			}
 		}
 		if hostPid == 0 {

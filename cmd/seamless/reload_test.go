@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/seamless-lb/seamless/integration/loadgen"
+	"github.com/seamless-lb/seamless/internal/procfs"
 	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
@@ -219,12 +220,12 @@ func TestSignalsDuringAReloadCoalesce(t *testing.T) {
 func TestKilledSeamlessTakesHAProxyDown(t *testing.T) {
 	testenv.HAProxy(t)
 	_, _, in := serving(t, 1, startOpts{})
-	if len(processesMentioning(in.runDir)) == 0 {
+	if len(procfs.Mentioning(in.runDir)) == 0 {
 		t.Fatal("no HAProxy process found to begin with")
 	}
 	in.signal(syscall.SIGKILL)
 	in.wait(10 * time.Second)
-	testenv.Eventually(t, 10*time.Second, "HAProxy gone", func() bool { return len(processesMentioning(in.runDir)) == 0 })
+	testenv.Eventually(t, 10*time.Second, "HAProxy gone", func() bool { return len(procfs.Mentioning(in.runDir)) == 0 })
 }
 
 // TestSlowReloadEndsWithTheNewestFile: a configuration that takes longer

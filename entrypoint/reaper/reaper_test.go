@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seamless-lb/seamless/internal/procfs"
 	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
@@ -92,27 +93,15 @@ func TestOrphansAreReaped(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 10*time.Second, "orphans reaped", func() bool { return r.Orphans() >= 1 })
-	testenv.Eventually(t, 10*time.Second, "no zombie children left", func() bool { return len(zombies(t)) == 0 })
+	testenv.Eventually(t, 10*time.Second, "no zombie children left", func() bool { return len(zombies()) == 0 })
 }
 
 // zombies lists our children in state Z.
-func zombies(t *testing.T) []string {
-	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var z []string
-	ppid := " " + strconv.Itoa(os.Getpid()) + " "
-	for _, e := range ents {
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		rest := s[strings.LastIndexByte(s, ')')+1:] // " Z 1234 ..."
-		if strings.HasPrefix(rest, " Z") && strings.HasPrefix(rest[2:], ppid) {
-			z = append(z, e.Name())
+func zombies() []int {
+	var z []int
+	for _, p := range procfs.Children(os.Getpid()) {
+		if p.Zombie() {
+			z = append(z, p.Pid)
 		}
 	}
 	return z
