@@ -20,8 +20,8 @@ type LogTap struct {
 	OnSocketTransferFailure func(line string)
 
 	mu    sync.Mutex
-	lines []string
-	seq   uint64 // number of lines seen so far
+	ring  [tapKeep]string // line n is at ring[n%tapKeep]
+	seq   uint64          // number of lines seen so far
 }
 
 const tapKeep = 256
@@ -49,11 +49,9 @@ func (t *LogTap) add(line string) {
 	if strings.Contains(line, socketTransferFailed) && t.OnSocketTransferFailure != nil {
 		t.OnSocketTransferFailure(line)
 	}
+	// A ring, since with traffic logs on stderr this runs per request.
 	t.mu.Lock()
-	t.lines = append(t.lines, line)
-	if len(t.lines) > tapKeep {
-		t.lines = append(t.lines[:0], t.lines[len(t.lines)-tapKeep:]...)
-	}
+	t.ring[t.seq%tapKeep] = line
 	t.seq++
 	t.mu.Unlock()
 }
@@ -69,11 +67,12 @@ func (t *LogTap) Mark() uint64 {
 func (t *LogTap) Since(mark uint64) []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := t.seq - mark
-	if n > uint64(len(t.lines)) {
-		n = uint64(len(t.lines))
+	first := max(mark, t.seq-min(t.seq, tapKeep))
+	out := make([]string, 0, t.seq-first)
+	for n := first; n < t.seq; n++ {
+		out = append(out, t.ring[n%tapKeep])
 	}
-	return append([]string(nil), t.lines[len(t.lines)-int(n):]...)
+	return out
 }
 
 // Startup returns the lines HAProxy printed about a (re)load since mark:

@@ -2,6 +2,7 @@ package haproxy
 
 import (
 	"bytes"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -42,8 +43,16 @@ func TestLogTap(t *testing.T) {
 
 func TestLogTapKeepsOnlyRecentLines(t *testing.T) {
 	tap := NewLogTap()
-	tap.Copy(strings.NewReader(strings.Repeat("x\n", tapKeep*3)), &bytes.Buffer{})
-	if got := len(tap.Since(0)); got != tapKeep {
-		t.Errorf("kept %d lines, want %d", got, tapKeep)
+	var in strings.Builder
+	for i := range tapKeep * 3 {
+		fmt.Fprintf(&in, "%d\n", i)
+	}
+	tap.Copy(strings.NewReader(in.String()), &bytes.Buffer{})
+	got := tap.Since(0)
+	if len(got) != tapKeep || got[0] != fmt.Sprint(tapKeep*2) || got[tapKeep-1] != fmt.Sprint(tapKeep*3-1) {
+		t.Errorf("kept %d lines, %q..%q; want the last %d", len(got), got[0], got[len(got)-1], tapKeep)
+	}
+	if got := tap.Since(tap.Mark() - 2); len(got) != 2 || got[1] != fmt.Sprint(tapKeep*3-1) {
+		t.Errorf("Since(mark-2) = %q", got)
 	}
 }
