@@ -19,9 +19,9 @@ type LogTap struct {
 	// OnSocketTransferFailure is called for every such line.
 	OnSocketTransferFailure func(line string)
 
-	mu    sync.Mutex
-	ring  [tapKeep]string // line n is at ring[n%tapKeep]
-	seq   uint64          // number of lines seen so far
+	mu   sync.Mutex
+	ring [tapKeep]string // line n is at ring[n%tapKeep]
+	seq  uint64          // number of lines seen so far
 }
 
 const tapKeep = 256

@@ -60,8 +60,9 @@ type Reloader struct {
 	mu      sync.Mutex
 	pending []string
 	wake    chan struct{}
-	closed  chan struct{}
-	close   sync.Once
+	// closing ends when Close is called.
+	closing context.Context
+	close   context.CancelFunc
 	busy    atomic.Bool
 }
 
@@ -70,10 +71,12 @@ func New(master Master, checker Checker, tap *haproxy.LogTap, m *metrics.Metrics
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	closing, closeFn := context.WithCancel(context.Background())
 	return &Reloader{
+		closing: closing, close: closeFn,
 		master: master, checker: checker, tap: tap, metrics: m,
 		log: log.With("component", "reload"), timeout: timeout,
-		wake: make(chan struct{}, 1), closed: make(chan struct{}),
+		wake: make(chan struct{}, 1),
 	}
 }
 
@@ -95,7 +98,7 @@ func (r *Reloader) Request(reason string) {
 
 // Close stops taking requests: Run returns once the reload in flight, if
 // any, has finished. Cancelling Run's ctx instead abandons it.
-func (r *Reloader) Close() { r.close.Do(func() { close(r.closed) }) }
+func (r *Reloader) Close() { r.close() }
 
 // Run performs reloads one at a time until ctx ends or Close is called.
 func (r *Reloader) Run(ctx context.Context) {
@@ -104,7 +107,7 @@ func (r *Reloader) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-r.closed:
+		case <-r.closing.Done():
 			return
 		case <-r.wake:
 		case <-retry:
@@ -142,14 +145,7 @@ func (r *Reloader) Run(ctx context.Context) {
 // retryDelay spaces attempts at a reload that could not be confirmed.
 const retryDelay = time.Second
 
-func (r *Reloader) isClosed() bool {
-	select {
-	case <-r.closed:
-		return true
-	default:
-		return false
-	}
-}
+func (r *Reloader) isClosed() bool { return r.closing.Err() != nil }
 
 // Busy reports whether a reload is in flight; a signal forwarded to the
 // master while it re-executes would be lost or kill it.
@@ -169,13 +165,7 @@ func (r *Reloader) reload(ctx context.Context, reasons []string) Outcome {
 	// A stop cancels a reload that has not reached HAProxy yet.
 	vctx, vcancel := context.WithCancel(ctx)
 	defer vcancel()
-	go func() {
-		select {
-		case <-r.closed:
-			vcancel()
-		case <-vctx.Done():
-		}
-	}()
+	defer context.AfterFunc(r.closing, vcancel)()
 	if err := r.checker.Check(vctx); err != nil {
 		if r.isClosed() {
 			o.Err = fmt.Errorf("stopping: %w", err)

@@ -216,7 +216,7 @@ func (s *Supervisor) softStop(ctx context.Context, wg *sync.WaitGroup, reloaderD
 }
 
 func (s *Supervisor) handle(sig syscall.Signal, master *reaper.Child, stop, hardStop func(string)) {
-	name := signalName(sig)
+	name := unix.SignalName(sig)
 	switch sig {
 	case syscall.SIGHUP, syscall.SIGUSR2:
 		if s.stopping.Load() {
@@ -329,5 +329,3 @@ func (s *Supervisor) killGroup(pgid int) {
 	}
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 }
-
-func signalName(sig syscall.Signal) string { return unix.SignalName(sig) }
