@@ -41,7 +41,9 @@ while read -r suite version script; do
 	fi
 	printf '#!/bin/sh\nexec %s %s "$@"\n' "$here/haproxy-in" "$root" >"$cache/bin/haproxy-$version"
 	chmod +x "$cache/bin/haproxy-$version"
-	"$cache/bin/haproxy-$version" -v | head -1
+	# All of the output is read: with pipefail, head closing the pipe early
+	# would fail the script with SIGPIPE now and then.
+	"$cache/bin/haproxy-$version" -v | sed -n 1p
 done <<'SUITES'
 trixie 3.0 trixie
 forky 3.2 sid
