@@ -1,0 +1,196 @@
+// Package model holds the types every part of discovery shares: what a
+// source reports (Snapshot), what templates ask Consul for (Query), and the
+// merged view they render from (State). It imports nothing of seamless.
+package model
+
+import (
+	"context"
+	"slices"
+	"strings"
+)
+
+// Health states of an instance, as Consul names them. An instance's status
+// is the worst of its node's and its own checks, in this order of
+// precedence: maintenance, critical, warning, passing.
+const (
+	StatusPassing     = "passing"
+	StatusWarning     = "warning"
+	StatusCritical    = "critical"
+	StatusMaintenance = "maintenance"
+)
+
+// Node is a machine in a catalog (a Consul node; the host of a file or
+// Docker source).
+type Node struct {
+	ID              string            `json:"id,omitempty"`
+	Name            string            `json:"name"`
+	Address         string            `json:"address"`
+	Datacenter      string            `json:"datacenter,omitempty"`
+	TaggedAddresses map[string]string `json:"tagged_addresses,omitempty"`
+	Meta            map[string]string `json:"meta,omitempty"`
+}
+
+// Check is one health check of an instance or of its node.
+type Check struct {
+	Node        string `json:"node,omitempty"`
+	CheckID     string `json:"check_id"`
+	Name        string `json:"name,omitempty"`
+	Status      string `json:"status"`
+	Notes       string `json:"notes,omitempty"`
+	Output      string `json:"output,omitempty"`
+	ServiceID   string `json:"service_id,omitempty"`
+	ServiceName string `json:"service_name,omitempty"`
+}
+
+// Instance is one instance of a service, with every health state: filters
+// (SEAMLESS_CONSUL_HEALTH, a template's `service "web|any"`) apply later.
+// Every string in it comes from outside and is untrusted.
+type Instance struct {
+	Source              string            `json:"source"`
+	Datacenter          string            `json:"datacenter,omitempty"`
+	Node                string            `json:"node,omitempty"`
+	NodeID              string            `json:"node_id,omitempty"`
+	NodeAddress         string            `json:"node_address,omitempty"`
+	NodeTaggedAddresses map[string]string `json:"node_tagged_addresses,omitempty"`
+	NodeMeta            map[string]string `json:"node_meta,omitempty"`
+	ID                  string            `json:"id"`   // unique within the service and source
+	Name                string            `json:"name"` // the service's name
+	Kind                string            `json:"kind,omitempty"`
+	Namespace           string            `json:"namespace,omitempty"`
+	// Address is the instance's own address, already defaulted to the
+	// node's when the registration has none (as Consul's health endpoint
+	// leaves it to the client).
+	Address         string            `json:"address"`
+	Port            int               `json:"port"`
+	Tags            []string          `json:"tags,omitempty"`
+	Meta            map[string]string `json:"meta,omitempty"`
+	TaggedAddresses map[string]string `json:"tagged_addresses,omitempty"`
+	// Weight for a passing instance, WarningWeight for a warning one; 0
+	// means unset (HAProxy's default, 1).
+	Weight        int     `json:"weight,omitempty"`
+	WarningWeight int     `json:"warning_weight,omitempty"`
+	Status        string  `json:"status"`
+	Checks        []Check `json:"checks,omitempty"`
+}
+
+// Catalog is one datacenter as a source sees it.
+type Catalog struct {
+	Datacenter string     `json:"datacenter,omitempty"`
+	Nodes      []Node     `json:"nodes,omitempty"`
+	Instances  []Instance `json:"instances,omitempty"`
+}
+
+// QueryKind says what a Query asks for.
+type QueryKind string
+
+const (
+	// QueryCatalog: every node and instance of Datacenter ("" = local).
+	QueryCatalog QueryKind = "catalog"
+	// QueryKey: the KV pair at Key (`key`, `keyExists`, `keyOrDefault`).
+	QueryKey QueryKind = "key"
+	// QueryPrefix: every KV pair under Key (`ls`, `tree`).
+	QueryPrefix QueryKind = "prefix"
+	// QueryDatacenters: the names of all datacenters.
+	QueryDatacenters QueryKind = "datacenters"
+)
+
+// Query is one piece of Consul data a template needs. It is comparable, so
+// it keys maps. Datacenter "" is the agent's own.
+type Query struct {
+	Kind       QueryKind
+	Datacenter string
+	Key        string
+}
+
+func (q Query) String() string {
+	s := string(q.Kind)
+	if q.Key != "" {
+		s += " " + q.Key
+	}
+	if q.Datacenter != "" {
+		s += "@" + q.Datacenter
+	}
+	return s
+}
+
+// LocalCatalog is what the default template and every catalog function
+// without "@dc" need.
+var LocalCatalog = Query{Kind: QueryCatalog}
+
+// KVPair is one key of Consul's KV store; Value is untrusted.
+type KVPair struct {
+	Key         string `json:"key"`
+	Value       string `json:"value"`
+	Flags       uint64 `json:"flags,omitempty"`
+	CreateIndex uint64 `json:"create_index,omitempty"`
+	ModifyIndex uint64 `json:"modify_index,omitempty"`
+	LockIndex   uint64 `json:"lock_index,omitempty"`
+	Session     string `json:"session,omitempty"`
+}
+
+// Result is the answer to one Query. For QueryKey, Pairs holds the pair or
+// is empty when the key does not exist.
+type Result struct {
+	Catalog     *Catalog `json:"catalog,omitempty"`
+	Pairs       []KVPair `json:"pairs,omitempty"`
+	Datacenters []string `json:"datacenters,omitempty"`
+}
+
+// Snapshot is everything one source knows now. Each snapshot replaces every
+// earlier one from the same source.
+type Snapshot struct {
+	Source string `json:"source"`
+	// Results holds one entry per Query the source answered. File and
+	// Docker sources answer only LocalCatalog; Consul answers what the
+	// templates asked for (Consul.Want).
+	Results map[Query]Result `json:"-"`
+}
+
+// Local returns the source's local catalog, or nil.
+func (s Snapshot) Local() *Catalog {
+	return s.Results[LocalCatalog].Catalog
+}
+
+// Source discovers services. Run's contract:
+//   - send a full snapshot first, then one whenever anything changes; each
+//     replaces everything the source sent before;
+//   - never close out; every send also selects on ctx.Done();
+//   - retry failures inside, with backoff, and keep the last good data
+//     rather than send an empty snapshot because a request failed;
+//   - return when ctx ends.
+//
+// Configuration errors come from the constructor, never from Run.
+type Source interface {
+	Name() string
+	Run(ctx context.Context, out chan<- Snapshot)
+}
+
+// Wanter is a Source that fetches only what it is asked for (Consul):
+// Want replaces the set of queries to answer. It must not block.
+type Wanter interface {
+	Want(queries []Query)
+}
+
+// HealthFilter reports whether an instance with status passes a filter
+// given as consul-template does: "passing", "passing,warning", "any".
+// An empty filter means passing.
+func HealthFilter(filter []string, status string) bool {
+	if len(filter) == 0 {
+		return status == StatusPassing
+	}
+	if slices.Contains(filter, "any") {
+		return true
+	}
+	return slices.Contains(filter, status)
+}
+
+// ParseHealth splits "passing,warning" into its states.
+func ParseHealth(s string) []string {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
