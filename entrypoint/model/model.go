@@ -7,6 +7,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Health states of an instance, as Consul names them. An instance's status
@@ -193,4 +194,39 @@ func ParseHealth(s string) []string {
 		}
 	}
 	return out
+}
+
+// SourceStatus is how a source is doing, for /status and the metrics.
+type SourceStatus struct {
+	Name string `json:"name"`
+	// Up: the last attempt to read the source succeeded.
+	Up          bool      `json:"up"`
+	LastSuccess time.Time `json:"last_success,omitzero"`
+	LastError   string    `json:"last_error,omitempty"`
+	LastErrorAt time.Time `json:"last_error_at,omitzero"`
+}
+
+// Reporter is a Source that says how it is doing.
+type Reporter interface {
+	Status() SourceStatus
+}
+
+// Rendering is what rendering a State produced.
+type Rendering struct {
+	Config []byte
+	// Queries is everything the template asked for; Missing, those of
+	// them that have no answer yet. A rendering with Missing is not
+	// applied.
+	Queries []Query
+	Missing []Query
+	// Skipped names what was left out and why ("service web: tag
+	// seamless.http.host=\"a b\" is not a host name"), for the log.
+	Skipped []string
+}
+
+// Renderer turns a State into a configuration. It must be a pure function
+// of the State (and of files it reads): the same State renders the same
+// bytes.
+type Renderer interface {
+	Render(st State) (Rendering, error)
 }
