@@ -59,6 +59,7 @@ type Reloader struct {
 
 	mu      sync.Mutex
 	pending []string
+	waiters []chan Outcome
 	wake    chan struct{}
 	// closing ends when Close is called.
 	closing context.Context
@@ -96,6 +97,26 @@ func (r *Reloader) Request(reason string) {
 	}
 }
 
+// Do requests a reload and waits for the outcome of the attempt that
+// served it: the first one that reached HAProxy, or failed validation. It
+// returns ctx's error if ctx ends first, and an error once the Reloader is
+// closed.
+func (r *Reloader) Do(ctx context.Context, reason string) (Outcome, error) {
+	w := make(chan Outcome, 1)
+	r.mu.Lock()
+	r.waiters = append(r.waiters, w)
+	r.mu.Unlock()
+	r.Request(reason)
+	select {
+	case o := <-w:
+		return o, nil
+	case <-ctx.Done():
+		return Outcome{}, ctx.Err()
+	case <-r.closing.Done():
+		return Outcome{}, errors.New("reloader closed")
+	}
+}
+
 // Close stops taking requests: Run returns once the reload in flight, if
 // any, has finished. Cancelling Run's ctx instead abandons it.
 func (r *Reloader) Close() { r.close() }
@@ -119,8 +140,8 @@ func (r *Reloader) Run(ctx context.Context) {
 			return
 		}
 		r.mu.Lock()
-		reasons := r.pending
-		r.pending = nil
+		reasons, waiters := r.pending, r.waiters
+		r.pending, r.waiters = nil, nil
 		r.mu.Unlock()
 		if len(reasons) == 0 {
 			continue
@@ -136,8 +157,13 @@ func (r *Reloader) Run(ctx context.Context) {
 			// one asked for, so the request stays.
 			r.mu.Lock()
 			r.pending = append(reasons, r.pending...)
+			r.waiters = append(waiters, r.waiters...)
 			r.mu.Unlock()
 			retry = time.After(retryDelay)
+			continue
+		}
+		for _, w := range waiters {
+			w <- o
 		}
 	}
 }

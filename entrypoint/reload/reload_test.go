@@ -220,3 +220,45 @@ func TestCloseWinsOverQueuedRequests(t *testing.T) {
 		}
 	})
 }
+
+// A caller that asks while a reload is in flight must get the outcome of
+// the follow-up, which reads its file, not of the reload already running.
+func TestDoWaitsForTheReloadThatServedIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &gateMaster{started: make(chan struct{}), release: make(chan bool)}
+		r, _, _ := run(t, g, checkFunc(func(context.Context) error { return nil }))
+
+		first := make(chan Outcome, 1)
+		go func() { o, _ := r.Do(t.Context(), "first"); first <- o }()
+		<-g.started
+		second := make(chan Outcome, 1)
+		go func() { o, _ := r.Do(t.Context(), "second"); second <- o }()
+		synctest.Wait() // "second" is queued behind the reload in flight
+		g.release <- true
+		if o := <-first; !o.OK || len(o.Reasons) != 1 || o.Reasons[0] != "first" {
+			t.Fatalf("first: %+v", o)
+		}
+		synctest.Wait()
+		select {
+		case o := <-second:
+			t.Fatalf("second answered by the first reload: %+v", o)
+		default:
+		}
+		<-g.started
+		g.release <- false
+		if o := <-second; o.OK || o.Reasons[0] != "second" {
+			t.Fatalf("second: %+v, want the refused follow-up", o)
+		}
+	})
+}
+
+func TestDoReturnsWhenClosed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &gateMaster{started: make(chan struct{}), release: make(chan bool)}
+		r, _, _ := run(t, g, checkFunc(func(context.Context) error { return nil }))
+		r.Close()
+		if _, err := r.Do(t.Context(), "late"); err == nil {
+			t.Fatal("Do on a closed Reloader returned no error")
+		}
+	})
+}
