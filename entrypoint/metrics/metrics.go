@@ -6,6 +6,7 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/seamless-lb/seamless/entrypoint/model"
 )
 
 // Results of a reload attempt.
@@ -27,7 +28,20 @@ type Metrics struct {
 	Workers                *prometheus.GaugeVec
 	LastReloadSuccess      prometheus.Gauge
 	HAProxyUp              prometheus.Gauge
+
+	Applies         *prometheus.CounterVec
+	LastApply       prometheus.Gauge
+	Discovered      *prometheus.GaugeVec
+	SourceSnapshots *prometheus.CounterVec
 }
+
+// Results of applying a rendered configuration.
+const (
+	Reloaded  = "reloaded"  // written, validated and reloaded
+	Unchanged = "unchanged" // the same bytes as what runs
+	Refused   = "refused"   // the template or validation failed; nothing changed
+	Failed    = "failed"    // HAProxy did not take it; the file was rolled back
+)
 
 // New registers every collector on a new registry.
 func New() *Metrics {
@@ -70,14 +84,67 @@ func New() *Metrics {
 			Name: "seamless_haproxy_up",
 			Help: "1 while the HAProxy master process is running.",
 		}),
+		Applies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seamless_config_applies_total",
+			Help: "Rendered configurations by what became of them: reloaded, unchanged, refused (template or validation error), failed (HAProxy did not take it).",
+		}, []string{"result"}),
+		LastApply: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "seamless_last_apply_timestamp_seconds",
+			Help: "Unix time of the last rendered configuration that was applied or found unchanged.",
+		}),
+		Discovered: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "seamless_discovered",
+			Help: "Services and instances (any health) in the merged local catalog at the last render, by kind.",
+		}, []string{"kind"}),
+		SourceSnapshots: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seamless_source_snapshots_total",
+			Help: "Snapshots received from each discovery source.",
+		}, []string{"source"}),
+	}
+	for _, r := range []string{Reloaded, Unchanged, Refused, Failed} {
+		m.Applies.WithLabelValues(r)
 	}
 	m.Reloads.WithLabelValues(Success)
 	m.Reloads.WithLabelValues(Failure)
 	m.Registry.MustRegister(
 		m.Reloads, m.ReloadDuration, m.ReloadRequests, m.ReloadsCoalesced, m.ConfigErrors,
 		m.SocketTransferFailures, m.Workers, m.LastReloadSuccess, m.HAProxyUp,
+		m.Applies, m.LastApply, m.Discovered, m.SourceSnapshots,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
+}
+
+// WatchSources exports each source's status, read at every scrape.
+func (m *Metrics) WatchSources(status func() []model.SourceStatus) {
+	m.Registry.MustRegister(sourceCollector(status))
+}
+
+var (
+	sourceUpDesc = prometheus.NewDesc("seamless_source_up",
+		"1 when the last attempt to read the discovery source succeeded.", []string{"source"}, nil)
+	sourceSuccessDesc = prometheus.NewDesc("seamless_source_last_success_timestamp_seconds",
+		"Unix time of the last successful read of the discovery source.", []string{"source"}, nil)
+)
+
+type sourceCollector func() []model.SourceStatus
+
+func (c sourceCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- sourceUpDesc
+	ch <- sourceSuccessDesc
+}
+
+func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range c() {
+		up := 0.0
+		if s.Up {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(sourceUpDesc, prometheus.GaugeValue, up, s.Name)
+		if !s.LastSuccess.IsZero() {
+			ch <- prometheus.MustNewConstMetric(sourceSuccessDesc, prometheus.GaugeValue,
+				float64(s.LastSuccess.UnixNano())/1e9, s.Name)
+		}
+	}
 }

@@ -59,6 +59,9 @@ type Options struct {
 	StopGrace time.Duration
 	Output    io.Writer      // where HAProxy's stdout and stderr are copied
 	Signals   chan os.Signal // from Notify; nil: Run calls Notify itself
+	// OnReload, when set, receives SIGHUP and SIGUSR2 instead of the
+	// reloader: discovery re-reads its sources and template first.
+	OnReload func(signal string)
 }
 
 // Supervisor runs one HAProxy master.
@@ -221,6 +224,10 @@ func (s *Supervisor) handle(sig syscall.Signal, master *reaper.Child, stop, hard
 	case syscall.SIGHUP, syscall.SIGUSR2:
 		if s.stopping.Load() {
 			s.log.Info("ignoring reload request while stopping", "signal", name)
+			return
+		}
+		if s.opts.OnReload != nil {
+			s.opts.OnReload(name)
 			return
 		}
 		s.reloader.Request(name)

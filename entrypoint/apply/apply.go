@@ -1,0 +1,445 @@
+// Package apply turns what the discovery sources report into the running
+// HAProxy configuration: merge, debounce, render, skip what is unchanged,
+// write atomically, validate, reload, confirm, and roll the file back when
+// HAProxy does not take it. The file on disk is always what runs.
+//
+// It never renders over good data because a source failed: sources keep
+// their last good data themselves, each snapshot is saved under the state
+// directory, and at start a source that does not answer in time is
+// represented by what it last said.
+package apply
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/seamless-lb/seamless/entrypoint/haproxy"
+	"github.com/seamless-lb/seamless/entrypoint/metrics"
+	"github.com/seamless-lb/seamless/entrypoint/model"
+	"github.com/seamless-lb/seamless/entrypoint/reload"
+)
+
+// Options configure an Applier.
+type Options struct {
+	// Sources in order of precedence (see model.Merge).
+	Sources []model.Source
+	// NewRenderer is called at start and at every SIGHUP, so that an
+	// edited template is read again.
+	NewRenderer func() (model.Renderer, error)
+	// Path is the configuration file HAProxy runs.
+	Path string
+	// StateDir keeps each source's last snapshot.
+	StateDir string
+	Wait     Wait
+	// StartTimeout bounds how long Start waits for every source's first
+	// snapshot.
+	StartTimeout time.Duration
+	// Validate checks a candidate file as HAProxy would load it instead
+	// of Path (haproxy -c).
+	Validate func(ctx context.Context, path string) error
+	// Reload reloads HAProxy and reports the outcome (reload.Reloader.Do).
+	Reload  func(ctx context.Context, reason string) (reload.Outcome, error)
+	Metrics *metrics.Metrics
+	Log     *slog.Logger
+}
+
+// Applier runs the pipeline. Start it, start HAProxy on Path, then Run.
+type Applier struct {
+	opts Options
+	log  *slog.Logger
+	in   chan model.Snapshot
+	hup  chan string
+	wg   sync.WaitGroup
+
+	// Owned by the goroutine in Start and then Run.
+	renderer model.Renderer
+	latest   map[string]model.Snapshot
+	fresh    map[string]bool // answered since start (not from disk)
+	wanted   []model.Query
+	running  []byte        // the bytes of Path, which HAProxy runs
+	applied  model.Catalog // the local catalog behind running
+	refused  [32]byte      // hash of the last candidate HAProxy or -c refused
+	skipped  string        // the last rendering's skips, logged when they change
+	reasons  []string      // sources changed since the last apply
+
+	ready atomic.Pointer[error]
+}
+
+// New checks the options and returns an Applier.
+func New(opts Options) (*Applier, error) {
+	if opts.Path == "" || opts.StateDir == "" || opts.NewRenderer == nil || opts.Validate == nil || opts.Reload == nil {
+		return nil, errors.New("apply: Path, StateDir, NewRenderer, Validate and Reload are required")
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.New()
+	}
+	a := &Applier{
+		opts: opts, log: opts.Log.With("component", "apply"),
+		in: make(chan model.Snapshot), hup: make(chan string, 1),
+		latest: map[string]model.Snapshot{}, fresh: map[string]bool{},
+	}
+	a.setReady(errors.New("first discovery not done"))
+	return a, nil
+}
+
+func (a *Applier) setReady(err error) { a.ready.Store(&err) }
+
+// Ready is nil once every source has answered and a complete configuration
+// has been applied (/readyz).
+func (a *Applier) Ready() error { return *a.ready.Load() }
+
+// Reload asks for a re-read of the template and a reload even when nothing
+// changed (SIGHUP). It does not block.
+func (a *Applier) Reload(reason string) {
+	select {
+	case a.hup <- reason:
+	default: // one is queued already
+	}
+}
+
+// Statuses reports every source that can say how it is doing.
+func (a *Applier) Statuses() []model.SourceStatus {
+	var out []model.SourceStatus
+	for _, s := range a.opts.Sources {
+		if r, ok := s.(model.Reporter); ok {
+			st := r.Status()
+			st.Name = s.Name()
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// Start starts the sources and writes the first configuration to Path,
+// waiting up to StartTimeout for every source. Sources that did not answer
+// are represented by their saved snapshot. When the rendering is still
+// incomplete and Path holds an earlier configuration, that one is kept.
+// The sources run until ctx ends; Wait waits for them.
+func (a *Applier) Start(ctx context.Context) error {
+	r, err := a.opts.NewRenderer()
+	if err != nil {
+		return err
+	}
+	a.renderer = r
+	if b, err := os.ReadFile(a.opts.Path); err == nil {
+		a.running = b
+	}
+	// A first rendering over nothing says what the template asks for, so
+	// that Consul fetches exactly that from its first request.
+	if rend, err := a.renderer.Render(model.Merge(nil, nil)); err == nil {
+		a.want(rend.Queries)
+	}
+	for _, s := range a.opts.Sources {
+		a.wg.Go(func() { s.Run(ctx, a.in) })
+	}
+
+	deadline := time.NewTimer(a.opts.StartTimeout)
+	defer deadline.Stop()
+	for !a.complete() {
+		select {
+		case s := <-a.in:
+			a.take(s)
+		case <-deadline.C:
+			a.fillFromDisk()
+			return a.first(ctx, false)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return a.first(ctx, true)
+}
+
+// Wait returns once every source has returned (after ctx ended).
+func (a *Applier) Wait() { a.wg.Wait() }
+
+// complete: every source answered and the template has every answer.
+func (a *Applier) complete() bool {
+	for _, s := range a.opts.Sources {
+		if !a.fresh[s.Name()] {
+			return false
+		}
+	}
+	rend, err := a.renderer.Render(a.state())
+	if err != nil {
+		return true // first() reports it
+	}
+	a.want(rend.Queries)
+	return len(rend.Missing) == 0
+}
+
+func (a *Applier) fillFromDisk() {
+	for _, s := range a.opts.Sources {
+		name := s.Name()
+		if a.fresh[name] {
+			continue
+		}
+		snap, at, err := loadSnapshot(a.opts.StateDir, name)
+		switch {
+		case err == nil:
+			a.latest[name] = snap
+			a.log.Warn("source did not answer in time; starting with what it said last, and applying its news when it answers",
+				"source", name, "saved_at", at, "timeout", a.opts.StartTimeout)
+		case errors.Is(err, os.ErrNotExist):
+			a.log.Warn("source did not answer in time and nothing of it is saved; its services are missing until it answers",
+				"source", name, "timeout", a.opts.StartTimeout)
+		default:
+			a.log.Warn("source did not answer in time and its saved snapshot is unreadable", "source", name, "err", err)
+		}
+	}
+}
+
+// first writes the configuration HAProxy starts with.
+func (a *Applier) first(ctx context.Context, complete bool) error {
+	st := a.state()
+	rend, err := a.renderer.Render(st)
+	if err == nil && len(rend.Missing) > 0 && a.running != nil {
+		a.log.Warn("starting with the last applied configuration: the template still waits for data",
+			"path", a.opts.Path, "missing", queryList(rend.Missing))
+		return nil
+	}
+	if err == nil {
+		a.logSkipped(rend)
+		err = a.write(ctx, rend.Config)
+	}
+	if err != nil {
+		if a.running != nil {
+			a.log.Error("the new configuration is refused; starting with the last applied one",
+				"path", a.opts.Path, "err", err)
+			return nil
+		}
+		return err
+	}
+	a.applied = st.Local()
+	a.countDiscovered()
+	a.opts.Metrics.LastApply.SetToCurrentTime()
+	if complete && len(rend.Missing) == 0 {
+		a.setReady(nil)
+	}
+	a.log.Info("configuration written", "path", a.opts.Path, "complete", complete && len(rend.Missing) == 0,
+		"instances", len(a.applied.Instances))
+	return nil
+}
+
+// Run applies changes until ctx ends.
+func (a *Applier) Run(ctx context.Context) {
+	d := newDebouncer(a.opts.Wait)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case s := <-a.in:
+			if a.take(s) {
+				a.reasons = append(a.reasons, s.Source)
+				d.touch()
+			}
+		case <-d.C():
+			d.fired()
+			a.apply(ctx, false)
+		case sig := <-a.hup:
+			r, err := a.opts.NewRenderer()
+			if err != nil {
+				a.opts.Metrics.Applies.WithLabelValues(metrics.Refused).Inc()
+				a.opts.Metrics.ConfigErrors.Inc()
+				a.log.Error("template refused on "+sig+"; the running configuration keeps serving; fix it and send "+sig+" again", "err", err)
+				continue
+			}
+			a.renderer = r
+			a.reasons = append(a.reasons, sig)
+			a.apply(ctx, true)
+		}
+	}
+}
+
+// take records a snapshot and reports whether it changed anything.
+func (a *Applier) take(s model.Snapshot) bool {
+	a.opts.Metrics.SourceSnapshots.WithLabelValues(s.Source).Inc()
+	first := !a.fresh[s.Source]
+	a.fresh[s.Source] = true
+	if old, ok := a.latest[s.Source]; ok && !first && reflect.DeepEqual(old.Results, s.Results) {
+		return false
+	}
+	a.latest[s.Source] = s
+	if err := saveSnapshot(a.opts.StateDir, s, time.Now()); err != nil {
+		a.log.Warn("cannot save the source's snapshot; a restart while it is unreachable would start without it",
+			"source", s.Source, "dir", a.opts.StateDir, "err", err)
+	}
+	return true
+}
+
+func (a *Applier) state() model.State {
+	order := make([]string, len(a.opts.Sources))
+	for i, s := range a.opts.Sources {
+		order[i] = s.Name()
+	}
+	return model.Merge(a.latest, order)
+}
+
+func (a *Applier) want(qs []model.Query) {
+	if slices.Equal(qs, a.wanted) {
+		return
+	}
+	a.wanted = slices.Clone(qs)
+	for _, s := range a.opts.Sources {
+		if w, ok := s.(model.Wanter); ok {
+			w.Want(qs)
+		}
+	}
+}
+
+// apply renders the current state and makes it run. force reloads even
+// when the bytes are unchanged (SIGHUP).
+func (a *Applier) apply(ctx context.Context, force bool) {
+	start := time.Now()
+	why := strings.Join(compact(a.reasons), ", ")
+	a.reasons = nil
+	st := a.state()
+	rend, err := a.renderer.Render(st)
+	m := a.opts.Metrics
+	if err != nil {
+		m.Applies.WithLabelValues(metrics.Refused).Inc()
+		m.ConfigErrors.Inc()
+		a.log.Error("template failed; the running configuration keeps serving; fix the template and send SIGHUP",
+			"why", why, "err", err)
+		return
+	}
+	a.want(rend.Queries)
+	a.logSkipped(rend)
+	if len(rend.Missing) > 0 {
+		a.log.Debug("waiting for data the template needs", "missing", queryList(rend.Missing))
+		return
+	}
+	change := Change(a.applied, st.Local())
+	if bytes.Equal(rend.Config, a.running) && !force {
+		a.applied = st.Local()
+		a.countDiscovered()
+		a.markApplied()
+		m.Applies.WithLabelValues(metrics.Unchanged).Inc()
+		a.log.Info("nothing to apply: the configuration is unchanged", "why", why, "change", change)
+		return
+	}
+	sum := sha256.Sum256(rend.Config)
+	if sum == a.refused && !force {
+		a.log.Debug("configuration already refused, waiting for a different one", "why", why)
+		return
+	}
+	previous := a.running
+	if !bytes.Equal(rend.Config, a.running) {
+		if err := a.write(ctx, rend.Config); err != nil {
+			a.refused = sum
+			m.Applies.WithLabelValues(metrics.Refused).Inc()
+			m.ConfigErrors.Inc()
+			a.log.Error("new configuration refused; the running one keeps serving",
+				"why", why, "change", change, "err", err)
+			return
+		}
+	}
+	o, err := a.opts.Reload(ctx, "discovery: "+why)
+	if err != nil {
+		return // stopping
+	}
+	if !o.OK {
+		a.refused = sum
+		m.Applies.WithLabelValues(metrics.Failed).Inc()
+		if !bytes.Equal(previous, rend.Config) && previous != nil {
+			if err := WriteFile(a.opts.Path, previous, 0o640); err != nil {
+				a.log.Error("cannot restore the configuration HAProxy runs", "path", a.opts.Path, "err", err)
+			} else {
+				a.running = previous
+			}
+		}
+		a.log.Error("HAProxy did not take the new configuration; the file is back to what runs",
+			"why", why, "change", change, "err", o.Err)
+		return
+	}
+	a.applied = st.Local()
+	a.countDiscovered()
+	a.markApplied()
+	m.Applies.WithLabelValues(metrics.Reloaded).Inc()
+	a.log.Info("applied with a reload", "why", why, "change", change, "duration", time.Since(start).Round(time.Millisecond))
+}
+
+// markApplied: a complete rendering runs; ready once every source has
+// answered for itself.
+func (a *Applier) markApplied() {
+	a.opts.Metrics.LastApply.SetToCurrentTime()
+	for _, s := range a.opts.Sources {
+		if !a.fresh[s.Name()] {
+			a.setReady(fmt.Errorf("source %s has not answered yet", s.Name()))
+			return
+		}
+	}
+	a.setReady(nil)
+}
+
+// write validates data as a candidate beside Path and renames it into
+// place; Path is untouched when validation fails.
+func (a *Applier) write(ctx context.Context, data []byte) error {
+	cand := a.opts.Path + ".new"
+	if err := WriteFile(cand, data, 0o640); err != nil {
+		return fmt.Errorf("write %s: %w", cand, err)
+	}
+	if err := a.opts.Validate(ctx, cand); err != nil {
+		var ce *haproxy.ConfigError
+		if errors.As(err, &ce) {
+			return fmt.Errorf("haproxy -c: %s", strings.Join(ce.Alerts, "; "))
+		}
+		return err
+	}
+	if err := os.Rename(cand, a.opts.Path); err != nil {
+		return err
+	}
+	if err := syncDir(filepath.Dir(a.opts.Path)); err != nil {
+		return err
+	}
+	a.running = data
+	return nil
+}
+
+func (a *Applier) logSkipped(rend model.Rendering) {
+	s := strings.Join(rend.Skipped, "\n")
+	if s == a.skipped {
+		return
+	}
+	a.skipped = s
+	for _, line := range rend.Skipped {
+		a.log.Warn("left out of the configuration: " + line)
+	}
+}
+
+func (a *Applier) countDiscovered() {
+	names := map[string]bool{}
+	for _, in := range a.applied.Instances {
+		names[in.Name] = true
+	}
+	a.opts.Metrics.Discovered.WithLabelValues("services").Set(float64(len(names)))
+	a.opts.Metrics.Discovered.WithLabelValues("instances").Set(float64(len(a.applied.Instances)))
+}
+
+func compact(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+func queryList(qs []model.Query) string {
+	s := make([]string, len(qs))
+	for i, q := range qs {
+		s[i] = q.String()
+	}
+	return strings.Join(s, ", ")
+}

@@ -1,0 +1,340 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/seamless-lb/seamless/entrypoint/haproxy"
+	"github.com/seamless-lb/seamless/entrypoint/metrics"
+	"github.com/seamless-lb/seamless/entrypoint/model"
+	"github.com/seamless-lb/seamless/entrypoint/reload"
+	"github.com/seamless-lb/seamless/internal/testenv"
+)
+
+// The fakes stand at the unit's edges (a source fed by the test, haproxy -c
+// and the reload); cmd/seamless runs the pipeline with real HAProxy and
+// Consul.
+
+type fakeSource struct {
+	name string
+	ch   chan model.Snapshot
+	mu   sync.Mutex
+	want []model.Query
+}
+
+func newSource(name string) *fakeSource {
+	return &fakeSource{name: name, ch: make(chan model.Snapshot, 16)}
+}
+
+func (f *fakeSource) Name() string { return f.name }
+func (f *fakeSource) Want(qs []model.Query) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.want = qs
+}
+func (f *fakeSource) wanted() []model.Query {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.want
+}
+func (f *fakeSource) Run(ctx context.Context, out chan<- model.Snapshot) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case s := <-f.ch:
+			select {
+			case out <- s:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// send reports the instances "name=address" of the source.
+func (f *fakeSource) send(instances ...string) {
+	c := &model.Catalog{}
+	for _, s := range instances {
+		name, addr, _ := strings.Cut(s, "=")
+		c.Instances = append(c.Instances, model.Instance{Source: f.name, Name: name, ID: addr, Address: addr, Port: 80, Status: model.StatusPassing})
+	}
+	f.ch <- model.Snapshot{Source: f.name, Results: map[model.Query]model.Result{model.LocalCatalog: {Catalog: c}}}
+}
+
+// lines renders one line per instance; with kv it also needs a KV key.
+type lines struct{ kv bool }
+
+func (l lines) Render(st model.State) (model.Rendering, error) {
+	r := model.Rendering{Queries: []model.Query{model.LocalCatalog}}
+	if _, ok := st.Result(model.LocalCatalog); !ok {
+		r.Missing = append(r.Missing, model.LocalCatalog)
+	}
+	var b strings.Builder
+	if l.kv {
+		q := model.Query{Kind: model.QueryKey, Key: "k"}
+		r.Queries = append(r.Queries, q)
+		if _, ok := st.Result(q); !ok {
+			r.Missing = append(r.Missing, q)
+		}
+	}
+	for _, in := range st.Local().Instances {
+		fmt.Fprintf(&b, "server %s %s\n", in.Name, in.Address)
+	}
+	r.Config = []byte(b.String())
+	return r, nil
+}
+
+type rig struct {
+	a        *Applier
+	path     string
+	m        *metrics.Metrics
+	mu       sync.Mutex
+	reloads  []string
+	reloadOK bool
+	cancel   context.CancelFunc
+}
+
+func (r *rig) reloadCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.reloads)
+}
+
+func newRig(t *testing.T, dir string, renderer model.Renderer, sources ...model.Source) *rig {
+	t.Helper()
+	r := &rig{path: filepath.Join(dir, "haproxy.cfg"), m: metrics.New(), reloadOK: true}
+	a, err := New(Options{
+		Sources:      sources,
+		NewRenderer:  func() (model.Renderer, error) { return renderer, nil },
+		Path:         r.path,
+		StateDir:     dir,
+		StartTimeout: 300 * time.Millisecond,
+		Validate: func(_ context.Context, path string) error {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			if strings.Contains(string(b), "bad") {
+				return &haproxy.ConfigError{Alerts: []string{"[ALERT] " + path + ": bad server"}}
+			}
+			return nil
+		},
+		Reload: func(_ context.Context, reason string) (reload.Outcome, error) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.reloads = append(r.reloads, reason)
+			return reload.Outcome{OK: r.reloadOK}, nil
+		},
+		Metrics: r.m,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.a = a
+	r.cancel = func() {}
+	t.Cleanup(func() { r.cancel(); a.Wait() })
+	return r
+}
+
+func (r *rig) run(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func (r *rig) file(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(r.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func startCtx(t *testing.T, r *rig) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	prev := r.cancel
+	r.cancel = func() { cancel(); prev() }
+	return ctx
+}
+
+func TestStartWaitsForEverySourceThenWritesAndIsReady(t *testing.T) {
+	c, f := newSource("consul"), newSource("file")
+	r := newRig(t, t.TempDir(), lines{}, c, f)
+	c.send("web=10.0.0.1")
+	f.send("api=10.0.0.9")
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := r.file(t), "server api 10.0.0.9\nserver web 10.0.0.1\n"; got != want {
+		t.Errorf("file %q, want %q", got, want)
+	}
+	if err := r.a.Ready(); err != nil {
+		t.Errorf("not ready: %v", err)
+	}
+}
+
+func TestChangesReloadOnceAndUnchangedBytesDoNot(t *testing.T) {
+	src := newSource("consul")
+	r := newRig(t, t.TempDir(), lines{}, src)
+	src.send("web=10.0.0.1")
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	r.run(t)
+	src.send("web=10.0.0.1", "web=10.0.0.2")
+	testenv.Eventually(t, 5*time.Second, "the new instance is applied", func() bool { return r.reloadCount() == 1 })
+	if got := r.file(t); got != "server web 10.0.0.1\nserver web 10.0.0.2\n" {
+		t.Errorf("file %q", got)
+	}
+	// The same data again, then a change that renders the same bytes.
+	src.send("web=10.0.0.1", "web=10.0.0.2")
+	src.ch <- model.Snapshot{Source: "consul", Results: map[model.Query]model.Result{model.LocalCatalog: {Catalog: &model.Catalog{Instances: []model.Instance{
+		{Source: "consul", Name: "web", ID: "10.0.0.1", Address: "10.0.0.1", Port: 80, Status: model.StatusPassing, Meta: map[string]string{"v": "2"}},
+		{Source: "consul", Name: "web", ID: "10.0.0.2", Address: "10.0.0.2", Port: 80, Status: model.StatusPassing},
+	}}}}}
+	testenv.Eventually(t, 5*time.Second, "the meta change is found unchanged", func() bool {
+		return testutil.ToFloat64(r.m.Applies.WithLabelValues(metrics.Unchanged)) == 1
+	})
+	if n := r.reloadCount(); n != 1 {
+		t.Errorf("%d reloads, want 1", n)
+	}
+}
+
+func TestRefusedConfigLeavesTheRunningFileAndTheNextGoodOneApplies(t *testing.T) {
+	src := newSource("consul")
+	r := newRig(t, t.TempDir(), lines{}, src)
+	src.send("web=10.0.0.1")
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	r.run(t)
+	src.send("web=bad")
+	testenv.Eventually(t, 5*time.Second, "the refusal is counted", func() bool {
+		return testutil.ToFloat64(r.m.ConfigErrors) == 1
+	})
+	if got := r.file(t); got != "server web 10.0.0.1\n" || r.reloadCount() != 0 {
+		t.Errorf("after a refused render: file %q, %d reloads", got, r.reloadCount())
+	}
+	src.send("web=10.0.0.3")
+	testenv.Eventually(t, 5*time.Second, "the next good one applies", func() bool { return r.reloadCount() == 1 })
+	if got := r.file(t); got != "server web 10.0.0.3\n" {
+		t.Errorf("file %q", got)
+	}
+}
+
+func TestAReloadHAProxyRefusesRollsTheFileBack(t *testing.T) {
+	src := newSource("consul")
+	r := newRig(t, t.TempDir(), lines{}, src)
+	src.send("web=10.0.0.1")
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	r.reloadOK = false
+	r.run(t)
+	src.send("web=10.0.0.2")
+	testenv.Eventually(t, 5*time.Second, "the failure is counted", func() bool {
+		return testutil.ToFloat64(r.m.Applies.WithLabelValues(metrics.Failed)) == 1
+	})
+	if got := r.file(t); got != "server web 10.0.0.1\n" {
+		t.Errorf("file %q, want the running configuration back", got)
+	}
+}
+
+func TestMissingDataIsFetchedBeforeApplying(t *testing.T) {
+	src := newSource("consul")
+	r := newRig(t, t.TempDir(), lines{kv: true}, src)
+	src.send("web=10.0.0.1")
+	// Without the key the start times out; no configuration existed, so
+	// the incomplete one is written and the applier is not ready.
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	if got := src.wanted(); len(got) != 2 || got[1].Key != "k" {
+		t.Fatalf("wanted %v, want the catalog and key k", got)
+	}
+	if r.a.Ready() == nil {
+		t.Error("ready although the template misses a key")
+	}
+	r.run(t)
+	src.ch <- model.Snapshot{Source: "consul", Results: map[model.Query]model.Result{
+		model.LocalCatalog: {Catalog: &model.Catalog{}},
+		{Kind: model.QueryKey, Key: "k"}: {Pairs: []model.KVPair{{Key: "k", Value: "v"}}},
+	}}
+	testenv.Eventually(t, 5*time.Second, "ready once the key arrives", func() bool { return r.a.Ready() == nil })
+}
+
+func TestASilentSourceStartsFromItsSavedSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	{
+		src := newSource("consul")
+		r := newRig(t, dir, lines{}, src)
+		src.send("web=10.0.0.1")
+		if err := r.a.Start(startCtx(t, r)); err != nil {
+			t.Fatal(err)
+		}
+		r.cancel()
+		r.a.Wait()
+	}
+	if err := os.Remove(filepath.Join(dir, "haproxy.cfg")); err != nil {
+		t.Fatal(err)
+	}
+	src, files := newSource("consul"), newSource("file")
+	r := newRig(t, dir, lines{}, src, files)
+	files.send("api=10.0.0.9") // Consul says nothing: it is down
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := r.file(t), "server api 10.0.0.9\nserver web 10.0.0.1\n"; got != want {
+		t.Errorf("file %q, want %q (Consul's saved data kept)", got, want)
+	}
+	if err := r.a.Ready(); err == nil {
+		t.Error("ready although Consul never answered")
+	}
+	r.run(t)
+	src.send("web=10.0.0.2")
+	testenv.Eventually(t, 5*time.Second, "ready once Consul answers", func() bool { return r.a.Ready() == nil })
+	if got := r.file(t); !strings.Contains(got, "10.0.0.2") {
+		t.Errorf("file %q lacks Consul's news", got)
+	}
+}
+
+func TestSIGHUPReloadsEvenWhenUnchanged(t *testing.T) {
+	src := newSource("consul")
+	r := newRig(t, t.TempDir(), lines{}, src)
+	src.send("web=10.0.0.1")
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	r.run(t)
+	r.a.Reload("SIGHUP")
+	testenv.Eventually(t, 5*time.Second, "SIGHUP reloads", func() bool { return r.reloadCount() == 1 })
+	if r.reloads[0] != "discovery: SIGHUP" {
+		t.Errorf("reason %q", r.reloads[0])
+	}
+}
+
+func TestNoConfigAtAllIsAnError(t *testing.T) {
+	src := newSource("consul")
+	r := newRig(t, t.TempDir(), lines{}, src)
+	src.send("web=bad")
+	err := r.a.Start(startCtx(t, r))
+	if err == nil || !strings.Contains(err.Error(), "bad server") {
+		t.Fatalf("Start: %v, want the validation error", err)
+	}
+	if _, err := os.Stat(r.path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused configuration was left at %s", r.path)
+	}
+}
