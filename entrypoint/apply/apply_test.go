@@ -270,7 +270,7 @@ func TestMissingDataIsFetchedBeforeApplying(t *testing.T) {
 	}
 	r.run(t)
 	src.ch <- model.Snapshot{Source: "consul", Results: map[model.Query]model.Result{
-		model.LocalCatalog: {Catalog: &model.Catalog{}},
+		model.LocalCatalog:               {Catalog: &model.Catalog{}},
 		{Kind: model.QueryKey, Key: "k"}: {Pairs: []model.KVPair{{Key: "k", Value: "v"}}},
 	}}
 	testenv.Eventually(t, 5*time.Second, "ready once the key arrives", func() bool { return r.a.Ready() == nil })

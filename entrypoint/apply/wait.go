@@ -1,42 +1,15 @@
 package apply
 
 import (
-	"fmt"
-	"strings"
 	"time"
+
+	"github.com/seamless-lb/seamless/entrypoint/config"
 )
 
 // Wait is consul-template's quiescence: after a change, wait until nothing
 // has changed for Min, but never longer than Max after the first change.
 // A zero Min applies every change at once.
-type Wait struct {
-	Min, Max time.Duration
-}
-
-// ParseWait reads "min:max", or "min" alone (max is then 4×min, as
-// consul-template does). "0" disables waiting.
-func ParseWait(s string) (Wait, error) {
-	lo, hi, two := strings.Cut(s, ":")
-	minD, err := time.ParseDuration(strings.TrimSpace(lo))
-	if err != nil {
-		return Wait{}, fmt.Errorf("%q: min: %v", s, err)
-	}
-	maxD := 4 * minD
-	if two {
-		if maxD, err = time.ParseDuration(strings.TrimSpace(hi)); err != nil {
-			return Wait{}, fmt.Errorf("%q: max: %v", s, err)
-		}
-	}
-	switch {
-	case minD < 0 || maxD < 0:
-		return Wait{}, fmt.Errorf("%q: durations must not be negative", s)
-	case maxD < minD:
-		return Wait{}, fmt.Errorf("%q: max is shorter than min", s)
-	}
-	return Wait{Min: minD, Max: maxD}, nil
-}
-
-func (w Wait) String() string { return w.Min.String() + ":" + w.Max.String() }
+type Wait = config.Wait
 
 // debouncer turns a stream of changes into apply times under a Wait. It is
 // used by one goroutine only.

@@ -6,27 +6,6 @@ import (
 	"time"
 )
 
-func TestParseWait(t *testing.T) {
-	for _, tc := range []struct {
-		in      string
-		want    Wait
-		wantErr bool
-	}{
-		{in: "0", want: Wait{}},
-		{in: "5s", want: Wait{5 * time.Second, 20 * time.Second}},
-		{in: "200ms:2s", want: Wait{200 * time.Millisecond, 2 * time.Second}},
-		{in: "2s:1s", wantErr: true},
-		{in: "-1s", wantErr: true},
-		{in: "soon", wantErr: true},
-		{in: "1s:later", wantErr: true},
-	} {
-		got, err := ParseWait(tc.in)
-		if (err != nil) != tc.wantErr || (!tc.wantErr && got != tc.want) {
-			t.Errorf("ParseWait(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.wantErr)
-		}
-	}
-}
-
 func TestDebouncer(t *testing.T) {
 	t.Run("quiet for min fires once", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {

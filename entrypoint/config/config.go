@@ -34,7 +34,73 @@ type Config struct {
 	ReloadTimeout time.Duration `envconfig:"RELOAD_TIMEOUT" default:"60s" desc:"How long a reload (validation, re-execution, new worker) may take before it is reported as not confirmed and counted as a failure. A reload HAProxy did not take yet (busy with an earlier one) is tried again instead."`
 	HardStopAfter time.Duration `envconfig:"HARD_STOP_AFTER" default:"5m" desc:"Default for HAProxy's hard-stop-after when the configuration has none: old workers still serving long connections are stopped this long after a reload. 0 adds nothing."`
 	MaxReloads    int           `envconfig:"MAX_RELOADS" default:"50" desc:"Default for HAProxy's mworker-max-reloads when the configuration has none: a worker that survived this many reloads is stopped. 0 adds nothing."`
+
+	Sources          string        `envconfig:"SOURCES" desc:"Discovery sources, comma-separated, in order of precedence: consul, file. Empty (and no SEAMLESS_TEMPLATE): no discovery, HAProxy runs the configuration file as given."`
+	Template         string        `envconfig:"TEMPLATE" desc:"Go text/template file, consul-template compatible, rendered into HAProxy's configuration. Empty: the built-in template driven by seamless.* tags. Re-read on SIGHUP."`
+	StateDir         string        `envconfig:"STATE_DIR" default:"/var/lib/seamless" desc:"Where discovery keeps the rendered configuration HAProxy runs (haproxy.cfg) and each source's last snapshot, so that a restart while a source is down starts from its last known data. Mount a volume to keep it across containers."`
+	Wait             Wait          `envconfig:"WAIT" default:"200ms:2s" desc:"min:max quiescence before applying a discovery change (consul-template's wait): apply once nothing changed for min, but never later than max after the first change. A single value means min:4×min; 0 applies every change at once."`
+	DiscoveryTimeout time.Duration `envconfig:"DISCOVERY_TIMEOUT" default:"10s" desc:"At start, how long to wait for every source's first answer before starting HAProxy with what is known (a source's saved snapshot, else nothing of it). Discovery goes on in the background."`
+	HTTPBind         string        `envconfig:"HTTP_BIND" default:":80" desc:"Built-in template: the HTTP frontend's bind address (host:port or :port), routing by seamless.http.host and seamless.http.path tags."`
+	StatsBind        string        `envconfig:"STATS_BIND" default:":8404" desc:"Built-in template: HAProxy's stats page (/haproxy?stats) and Prometheus exporter (/metrics). Empty disables it."`
+	ServicesDir      string        `envconfig:"SERVICES_DIR" default:"/etc/seamless/services" desc:"Source 'file': directory of service files, one YAML or JSON file per service, watched for changes."`
+	ServicesRescan   time.Duration `envconfig:"SERVICES_RESCAN" default:"30s" desc:"Source 'file': period of a full re-read of SEAMLESS_SERVICES_DIR, in case a change notification was missed."`
+	ConsulHealth     string        `envconfig:"CONSUL_HEALTH" default:"passing" desc:"Instances that receive traffic, by health: passing, passing,warning, or any. Also the default filter of the template function 'service'."`
+	ConsulTag        string        `envconfig:"CONSUL_TAG" desc:"Source 'consul': only instances carrying this tag are discovered. Empty: all. Consul's own variables (CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE, CONSUL_CACERT, ...) configure the connection."`
+	ConsulDatacenter string        `envconfig:"CONSUL_DATACENTER" desc:"Source 'consul': the datacenter to read. Empty: the agent's own."`
+	ConsulStale      bool          `envconfig:"CONSUL_STALE" default:"false" desc:"Source 'consul': allow stale reads from any Consul server instead of the leader; spreads the load of many load-balancer replicas."`
 }
+
+// Source names.
+const (
+	SourceConsul = "consul"
+	SourceFile   = "file"
+)
+
+// Discovery reports whether configurations are rendered from sources and a
+// template rather than read from a file.
+func (c *Config) Discovery() bool { return c.Sources != "" || c.Template != "" }
+
+// SourceList returns the sources in order.
+func (c *Config) SourceList() []string {
+	var out []string
+	for s := range strings.SplitSeq(c.Sources, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Wait is consul-template's quiescence, "min:max" or "min" alone (max is
+// then 4×min); "0" applies every change at once.
+type Wait struct {
+	Min, Max time.Duration
+}
+
+// Decode implements envconfig.Decoder.
+func (w *Wait) Decode(s string) error {
+	lo, hi, two := strings.Cut(s, ":")
+	minD, err := time.ParseDuration(strings.TrimSpace(lo))
+	if err != nil {
+		return fmt.Errorf("min: %v", err)
+	}
+	maxD := 4 * minD
+	if two {
+		if maxD, err = time.ParseDuration(strings.TrimSpace(hi)); err != nil {
+			return fmt.Errorf("max: %v", err)
+		}
+	}
+	switch {
+	case minD < 0 || maxD < 0:
+		return errors.New("durations must not be negative")
+	case maxD < minD:
+		return errors.New("max is shorter than min")
+	}
+	*w = Wait{Min: minD, Max: maxD}
+	return nil
+}
+
+func (w Wait) String() string { return w.Min.String() + ":" + w.Max.String() }
 
 // Load reads and validates the environment.
 func Load() (*Config, error) {
@@ -82,6 +148,32 @@ func (c *Config) validate() error {
 	if c.MaxReloads < 0 {
 		bad("MAX_RELOADS", "%d must not be negative", c.MaxReloads)
 	}
+	seen := map[string]bool{}
+	for _, src := range c.SourceList() {
+		switch {
+		case src != SourceConsul && src != SourceFile:
+			bad("SOURCES", "unknown source %q (known: consul, file)", src)
+		case seen[src]:
+			bad("SOURCES", "source %q is listed twice", src)
+		}
+		seen[src] = true
+	}
+	if !filepath.IsAbs(c.StateDir) {
+		bad("STATE_DIR", "%q is not an absolute path", c.StateDir)
+	}
+	if c.DiscoveryTimeout <= 0 {
+		bad("DISCOVERY_TIMEOUT", "%s must be positive", c.DiscoveryTimeout)
+	}
+	if seen[SourceFile] && c.ServicesRescan <= 0 {
+		bad("SERVICES_RESCAN", "%s must be positive", c.ServicesRescan)
+	}
+	for _, st := range strings.Split(c.ConsulHealth, ",") {
+		switch strings.TrimSpace(st) {
+		case "passing", "warning", "critical", "maintenance", "any":
+		default:
+			bad("CONSUL_HEALTH", "%q: %q is not one of passing, warning, critical, maintenance, any", c.ConsulHealth, st)
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -107,8 +199,11 @@ func Vars() []Var {
 }
 
 func typeName(t reflect.Type) string {
-	if t == reflect.TypeOf(time.Duration(0)) {
+	switch t {
+	case reflect.TypeOf(time.Duration(0)):
 		return "duration"
+	case reflect.TypeOf(Wait{}):
+		return "min:max"
 	}
 	return t.Kind().String()
 }

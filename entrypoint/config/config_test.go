@@ -74,3 +74,25 @@ func TestUnknown(t *testing.T) {
 		t.Errorf("Unknown = %q", got)
 	}
 }
+
+func TestParseWait(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    Wait
+		wantErr bool
+	}{
+		{in: "0", want: Wait{}},
+		{in: "5s", want: Wait{5 * time.Second, 20 * time.Second}},
+		{in: "200ms:2s", want: Wait{200 * time.Millisecond, 2 * time.Second}},
+		{in: "2s:1s", wantErr: true},
+		{in: "-1s", wantErr: true},
+		{in: "soon", wantErr: true},
+		{in: "1s:later", wantErr: true},
+	} {
+		var got Wait
+		err := got.Decode(tc.in)
+		if (err != nil) != tc.wantErr || (!tc.wantErr && got != tc.want) {
+			t.Errorf("Decode(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
