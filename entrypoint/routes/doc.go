@@ -1,0 +1,88 @@
+// Package routes is seamless's built-in configuration, used when
+// SEAMLESS_TEMPLATE is not set: as with Traefik, tags on the services make
+// a working load balancer, with no template to write.
+//
+// # Tags
+//
+// Any source's instances may carry them (Consul tags; Docker labels and
+// service files map onto the same strings):
+//
+//	seamless.http.host=<host>   route requests for this Host to the service;
+//	                            may repeat. Matched without case and without
+//	                            the Host header's :port. "*.example.com"
+//	                            matches every name under example.com (at any
+//	                            depth, not example.com itself). An IPv4
+//	                            address is accepted too.
+//	seamless.http.path=<prefix> only requests whose path starts with these
+//	                            segments ("/api" matches /api and /api/x, not
+//	                            /apix); may repeat, and combines with every
+//	                            host tag of the instance. Without a host tag
+//	                            it applies to any host; "seamless.http.path=/"
+//	                            alone makes the service the catch-all.
+//	seamless.tcp.port=<port>    a TCP frontend on this port (on the host of
+//	                            SEAMLESS_HTTP_BIND), forwarding to the
+//	                            instances; may repeat.
+//
+// A service's routes are the union of its instances' tags, whatever their
+// health; its servers are the instances that pass the health filter
+// (SEAMLESS_CONSUL_HEALTH), at their own address and port, weighted by
+// their registration (Consul's Weights; 1 when unset). A routed service
+// with no such instance answers 503, rather than its requests falling to
+// another rule. There is no weight tag: the weight is the registration's.
+//
+// HAProxy tries the HTTP rules from the most specific host (exact names,
+// then wildcards from the longest, then rules for any host), and within a
+// host from the longest path. A request no rule matches gets 503 "No
+// service is routed for this host and path". Services without any
+// seamless.* tag are not routed.
+//
+// Everything is validated: service names, hosts, paths, ports, addresses
+// (IPv4, IPv6, DNS names; a name that does not resolve leaves its server
+// disabled, not the configuration broken) and weights (1–256). What cannot
+// be used is left out and reported (Rendering.Skipped) in words naming the
+// service and instance; the rest applies. When two services claim the same
+// host and path, or the same TCP port, the first by name keeps it and the
+// other is told so. Backend names ("http-<service>", "tcp-<service>") and
+// server names (the instance ID) go through Ident, so they contain only
+// characters HAProxy accepts and stay the same from one render to the next.
+//
+// # Also in the configuration
+//
+// HAProxy's stats page at /haproxy?stats and its Prometheus exporter at
+// /metrics on SEAMLESS_STATS_BIND (":8404"; empty disables both). The
+// exporter is inside `.if feature(PROMEX)`: a HAProxy built without it
+// (`haproxy -vv | grep -i prom`) still loads the configuration, and
+// /metrics is then not served. Debian's and the official images' HAProxy
+// have it. Logs go to stderr with one line per request (option httplog,
+// tcplog), except for the stats frontend. option idle-close-on-response
+// keeps keep-alive clients safe across reloads; seamless adds
+// hard-stop-after and mworker-max-reloads itself.
+//
+// # Example: three replicas behind one frontend
+//
+// The classic setup, three replicas of a web service behind one HTTP
+// frontend on port 5001 with the stats page at :8404/haproxy?stats:
+//
+//	SEAMLESS_HTTP_BIND=:5001
+//
+//	service web, instance web1 at 10.0.0.11:9001, tags seamless.http.host=web.example.com
+//	service web, instance web2 at 10.0.0.12:9001, tags seamless.http.host=web.example.com
+//	service web, instance web3 at 10.0.0.13:9001, tags seamless.http.host=web.example.com
+//
+// renders (see testdata/classic.cfg):
+//
+//	frontend http
+//	    bind :5001
+//	    ...
+//	    use_backend http-web if { var(txn.host) -m str web.example.com }
+//	    default_backend no-route
+//
+//	backend http-web
+//	    balance roundrobin
+//	    server web1 10.0.0.11:9001 weight 1
+//	    server web2 10.0.0.12:9001 weight 1
+//	    server web3 10.0.0.13:9001 weight 1
+//
+// Tag them seamless.http.path=/ instead to serve every Host (as
+// http://127.0.0.1:5001 would send).
+package routes

@@ -1,0 +1,111 @@
+package routes
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Defaults of Options, for the configuration's `default` tags.
+const (
+	DefaultHTTPBind  = ":80"
+	DefaultStatsBind = ":8404"
+)
+
+// Options configure the default configuration. The names in the comments
+// are the environment variables they come from; New's errors name them.
+type Options struct {
+	// HTTPBind is where the HTTP frontend listens (SEAMLESS_HTTP_BIND):
+	// host:port or a port; an empty host (":80") means every IPv4 address,
+	// "[::]:80" every address. TCP frontends listen on the same host.
+	HTTPBind string
+	// StatsBind is where the stats page (/haproxy?stats) and the
+	// Prometheus exporter (/metrics) listen (SEAMLESS_STATS_BIND); ""
+	// disables them.
+	StatsBind string
+	// Health filters the instances that become servers
+	// (SEAMLESS_CONSUL_HEALTH, split by model.ParseHealth): "passing"
+	// (also when empty), "passing,warning", "any", or any list of passing,
+	// warning, critical and maintenance.
+	Health []string
+}
+
+// DefaultOptions returns the options with their defaults.
+func DefaultOptions() Options {
+	return Options{HTTPBind: DefaultHTTPBind, StatsBind: DefaultStatsBind}
+}
+
+// bind is a validated listening address.
+type bind struct {
+	host string // "" (every IPv4 address) or an IP address
+	port int
+}
+
+// String is the address as a bind line takes it.
+func (b bind) String() string {
+	return b.hostPort(b.port)
+}
+
+func (b bind) hostPort(port int) string {
+	p := strconv.Itoa(port)
+	if strings.Contains(b.host, ":") {
+		return "[" + b.host + "]:" + p
+	}
+	return b.host + ":" + p
+}
+
+// parseBind reads host:port, [ipv6]:port, :port, *:port or a bare port.
+// The host must be an IP address: a name would be resolved only when
+// HAProxy starts, and fail there.
+func parseBind(v string) (bind, error) {
+	hostStr, portStr := "", v
+	if strings.ContainsAny(v, ":[]") {
+		var err error
+		if hostStr, portStr, err = net.SplitHostPort(v); err != nil {
+			return bind{}, fmt.Errorf("%q is not host:port or a port", v)
+		}
+	}
+	port, err := ParsePort(portStr)
+	if err != nil {
+		return bind{}, fmt.Errorf("%q: %v", v, err)
+	}
+	b := bind{port: port}
+	if hostStr != "" && hostStr != "*" {
+		ip, err := netip.ParseAddr(hostStr)
+		if err != nil || ip.Zone() != "" {
+			return bind{}, fmt.Errorf("%q: the host must be an IP address, or empty for every IPv4 address", v)
+		}
+		b.host = ip.Unmap().String()
+	}
+	return b, nil
+}
+
+var healthStates = []string{"passing", "warning", "critical", "maintenance", "any"}
+
+// validate checks the options and returns the binds (stats has port 0 when
+// disabled).
+func (o Options) validate() (httpB, statsB bind, err error) {
+	var errs []error
+	if o.HTTPBind == "" {
+		errs = append(errs, errors.New("SEAMLESS_HTTP_BIND is empty: the HTTP frontend needs an address such as :80"))
+	} else if httpB, err = parseBind(o.HTTPBind); err != nil {
+		errs = append(errs, fmt.Errorf("SEAMLESS_HTTP_BIND: %w", err))
+	}
+	if o.StatsBind != "" {
+		if statsB, err = parseBind(o.StatsBind); err != nil {
+			errs = append(errs, fmt.Errorf("SEAMLESS_STATS_BIND: %w", err))
+		} else if statsB.port == httpB.port {
+			errs = append(errs, fmt.Errorf("SEAMLESS_STATS_BIND: port %d is SEAMLESS_HTTP_BIND's too", statsB.port))
+		}
+	}
+	for _, h := range o.Health {
+		if !slices.Contains(healthStates, h) {
+			errs = append(errs, fmt.Errorf("SEAMLESS_CONSUL_HEALTH: %q is not one of %s", h, strings.Join(healthStates, ", ")))
+		}
+	}
+	return httpB, statsB, errors.Join(errs...)
+}

@@ -1,0 +1,196 @@
+package routes
+
+import (
+	"bytes"
+	_ "embed"
+	"fmt"
+	"io"
+	"log/slog"
+	"regexp"
+	"strings"
+	"text/template"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+)
+
+//go:embed default.cfg.tmpl
+var defaultTemplate string
+
+var tmpl = template.Must(template.New("default.cfg.tmpl").Option("missingkey=error").Parse(defaultTemplate))
+
+// Renderer renders the built-in configuration. It implements
+// model.Renderer.
+type Renderer struct {
+	http   bind
+	stats  bind // port 0: no stats frontend
+	policy Policy
+	log    *slog.Logger
+}
+
+var _ model.Renderer = (*Renderer)(nil)
+
+// New validates the options; its errors name the environment variable at
+// fault. log may be nil.
+func New(opts Options, log *slog.Logger) (*Renderer, error) {
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	httpB, statsB, err := opts.validate()
+	if err != nil {
+		return nil, err
+	}
+	reserved := map[int]string{httpB.port: "SEAMLESS_HTTP_BIND"}
+	if statsB.port != 0 {
+		reserved[statsB.port] = "SEAMLESS_STATS_BIND"
+	}
+	r := &Renderer{
+		http:   httpB,
+		stats:  statsB,
+		policy: Policy{Health: opts.Health, Reserved: reserved},
+		log:    log.With("component", "routes"),
+	}
+	r.log.Debug("built-in configuration", "http_bind", httpB.String(), "stats_bind", opts.StatsBind,
+		"health", strings.Join(opts.Health, ","))
+	return r, nil
+}
+
+// Build is Build with the renderer's health filter and reserved ports.
+func (r *Renderer) Build(c model.Catalog) (Routes, []Skip) { return Build(c, r.policy) }
+
+// Render renders the configuration from the local catalog: a pure function
+// of the State. Until a catalog has arrived the rendering lists it as
+// Missing and has no Config.
+func (r *Renderer) Render(st model.State) (model.Rendering, error) {
+	out := model.Rendering{Queries: []model.Query{model.LocalCatalog}}
+	res, ok := st.Result(model.LocalCatalog)
+	if !ok {
+		out.Missing = []model.Query{model.LocalCatalog}
+		return out, nil
+	}
+	var c model.Catalog
+	if res.Catalog != nil {
+		c = *res.Catalog
+	}
+	rt, skipped := r.Build(c)
+	for _, s := range skipped {
+		out.Skipped = append(out.Skipped, s.String())
+	}
+	v, err := r.view(rt)
+	if err != nil {
+		return out, err
+	}
+	var buf bytes.Buffer
+	if err := tmpl.Execute(&buf, v); err != nil {
+		return out, fmt.Errorf("default configuration: %w", err)
+	}
+	out.Config = buf.Bytes()
+	return out, nil
+}
+
+// view is what the template sees: only strings that passed a check below.
+type view struct {
+	HTTPBind  string
+	StatsBind string // "" without stats
+	Rules     []viewRule
+	Default   string
+	Listeners []viewListener
+	Backends  []viewBackend
+}
+
+type viewRule struct {
+	Backend   string
+	HostMatch string // "str" or "end"; "" with Host ""
+	Host      string // "a.example", ".example" (a wildcard's suffix) or ""
+	Path      string // "/api/" (the prefix and a slash) or "" for "/"
+}
+
+type viewListener struct{ Name, Bind, Backend string }
+
+type viewBackend struct {
+	Name    string
+	TCP     bool
+	Servers []viewServer
+}
+
+type viewServer struct {
+	Name   string
+	Addr   string
+	Weight int
+}
+
+// The shapes every string in a view must have. Routes are validated when
+// they are built; this is the second lock, at the door of the template, so
+// that no future change to Build can print an untrusted byte.
+var (
+	identRe = regexp.MustCompile(`^[A-Za-z0-9._-]{1,160}$`)
+	hostRe  = regexp.MustCompile(`^[a-z0-9.-]{1,254}$`)
+	pathRe  = regexp.MustCompile(`^/[A-Za-z0-9._~/:@+,;=-]{1,257}$`)
+	addrRe  = regexp.MustCompile(`^(?:[a-z0-9._-]{1,254}|\[[0-9a-f:.]{2,45}\]):[0-9]{1,5}$`)
+	bindRe  = regexp.MustCompile(`^(?:[0-9.]{7,15}|\[[0-9a-f:.]{2,45}\])?:[0-9]{1,5}$`)
+)
+
+func check(what string, re *regexp.Regexp, s string) error {
+	if !re.MatchString(s) {
+		return fmt.Errorf("default configuration: internal error: %s %q would reach the configuration unchecked", what, s)
+	}
+	return nil
+}
+
+func (r *Renderer) view(rt Routes) (view, error) {
+	v := view{HTTPBind: r.http.String(), Default: "no-route"}
+	errs := []error{check("bind", bindRe, v.HTTPBind)}
+	if r.stats.port != 0 {
+		v.StatsBind = r.stats.String()
+		errs = append(errs, check("bind", bindRe, v.StatsBind))
+	}
+	for _, rule := range rt.Rules {
+		errs = append(errs, check("backend", identRe, rule.Backend))
+		if rule.CatchAll() {
+			v.Default = rule.Backend
+			continue
+		}
+		vr := viewRule{Backend: rule.Backend}
+		if rule.Host != "" {
+			vr.HostMatch, vr.Host = "str", rule.Host
+			if suffix, ok := strings.CutPrefix(rule.Host, "*"); ok {
+				vr.HostMatch, vr.Host = "end", suffix
+			}
+			errs = append(errs, check("host", hostRe, vr.Host))
+		}
+		if rule.Path != "/" {
+			vr.Path = rule.Path + "/"
+			errs = append(errs, check("path", pathRe, vr.Path))
+		}
+		v.Rules = append(v.Rules, vr)
+	}
+	for _, l := range rt.Listeners {
+		vl := viewListener{Name: fmt.Sprintf("tcp-%d", l.Port), Bind: r.http.hostPort(l.Port), Backend: l.Backend}
+		errs = append(errs, check("bind", bindRe, vl.Bind), check("backend", identRe, vl.Backend))
+		v.Listeners = append(v.Listeners, vl)
+	}
+	for _, s := range rt.Services {
+		var srvs []viewServer
+		for _, srv := range s.Servers {
+			vs := viewServer{Name: srv.Name, Addr: srv.Addr(), Weight: srv.Weight}
+			errs = append(errs, check("server", identRe, vs.Name), check("address", addrRe, vs.Addr))
+			if vs.Weight < 1 || vs.Weight > MaxWeight {
+				errs = append(errs, fmt.Errorf("default configuration: internal error: weight %d", vs.Weight))
+			}
+			srvs = append(srvs, vs)
+		}
+		if s.HTTPBackend != "" {
+			errs = append(errs, check("backend", identRe, s.HTTPBackend))
+			v.Backends = append(v.Backends, viewBackend{Name: s.HTTPBackend, Servers: srvs})
+		}
+		if s.TCPBackend != "" {
+			errs = append(errs, check("backend", identRe, s.TCPBackend))
+			v.Backends = append(v.Backends, viewBackend{Name: s.TCPBackend, TCP: true, Servers: srvs})
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return view{}, err
+		}
+	}
+	return v, nil
+}
