@@ -1,0 +1,265 @@
+package consul
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+)
+
+// nodeDumpPath is the internal endpoint the Consul UI lists nodes with.
+const nodeDumpPath = "/v1/internal/ui/nodes"
+
+// nodeInfo is one entry of the node dump (Consul's structs.NodeInfo), and
+// what the fallback assembles from public endpoints.
+type nodeInfo struct {
+	ID              string
+	Node            string
+	PeerName        string
+	Address         string
+	Datacenter      string // not in the dump; the fallback knows it
+	TaggedAddresses map[string]string
+	Meta            map[string]string
+	Services        []*nodeService
+	Checks          []*healthCheck
+}
+
+// nodeService is Consul's structs.NodeService, the fields seamless uses.
+type nodeService struct {
+	Kind            string
+	ID              string
+	Service         string
+	Tags            []string
+	Address         string
+	TaggedAddresses map[string]serviceAddress
+	Meta            map[string]string
+	Port            int
+	Weights         *weights
+	Namespace       string
+	PeerName        string
+}
+
+type serviceAddress struct {
+	Address string
+	Port    int
+}
+
+type weights struct {
+	Passing int
+	Warning int
+}
+
+// healthCheck is Consul's structs.HealthCheck, the fields seamless uses.
+type healthCheck struct {
+	Node        string
+	CheckID     string
+	Name        string
+	Status      string
+	Notes       string
+	Output      string
+	ServiceID   string
+	ServiceName string
+}
+
+// catalogFetcher watches the whole catalog of a datacenter with one
+// blocking query on the node dump.
+type catalogFetcher struct {
+	s      *Source
+	dc     string // "" = the agent's
+	dcName string // the datacenter's name, once known
+	index  uint64
+	last   model.Result
+	have   bool
+	// public replaces the node dump once it answered 404.
+	public *publicCatalog
+}
+
+func (f *catalogFetcher) fetch(ctx context.Context) (model.Result, error) {
+	if f.public != nil {
+		return f.public.fetch(ctx)
+	}
+	opts, cancel := f.s.queryOptions(ctx, f.dc, f.index)
+	defer cancel()
+	var dump []*nodeInfo
+	meta, err := f.s.client.Raw().Query(nodeDumpPath, &dump, opts)
+	if se := (api.StatusError{}); errors.As(err, &se) && se.Code == http.StatusNotFound {
+		f.s.log.Warn("Consul does not serve "+nodeDumpPath+" (a proxy in front of it, or a Consul without it): "+
+			"watching public endpoints instead, with one request per service at every change",
+			"consul", f.s.addr, "answer", se.Body)
+		f.public = &publicCatalog{s: f.s, dc: f.dc, dcName: f.dcName}
+		return f.public.fetch(ctx)
+	}
+	if err != nil {
+		return model.Result{}, err
+	}
+	if f.have && meta.LastIndex == f.index {
+		return f.last, nil // the wait ran out; nothing changed
+	}
+	if f.dcName == "" {
+		if f.dcName, err = f.datacenterOf(ctx, dump); err != nil {
+			return model.Result{}, err
+		}
+	}
+	f.index = nextIndex(f.index, meta.LastIndex)
+	if meta.ResultsFilteredByACLs && !f.have {
+		f.s.log.Warn("the token may not read all of the catalog; Consul left out what it may not read",
+			"datacenter", f.dcName)
+	}
+	f.last = model.Result{Catalog: convertDump(dump, f.dcName, f.s.cfg.TagFilter)}
+	f.have = true
+	return f.last, nil
+}
+
+// datacenterOf returns f.dc, or else the datacenter of a node of the dump,
+// read from the public catalog (the dump does not carry it). An empty
+// catalog has no datacenter yet.
+func (f *catalogFetcher) datacenterOf(ctx context.Context, dump []*nodeInfo) (string, error) {
+	if f.dc != "" {
+		return f.dc, nil
+	}
+	for _, n := range dump {
+		if n == nil || n.PeerName != "" || n.Node == "" {
+			continue
+		}
+		opts, cancel := f.s.queryOptions(ctx, "", 0)
+		defer cancel()
+		cn, _, err := f.s.client.Catalog().Node(n.Node, opts)
+		if err != nil {
+			return "", fmt.Errorf("learning the datacenter from node %q: %w", n.Node, err)
+		}
+		if cn == nil || cn.Node == nil || cn.Node.Datacenter == "" {
+			return "", fmt.Errorf("learning the datacenter: node %q is gone", n.Node)
+		}
+		return cn.Node.Datacenter, nil
+	}
+	return "", nil
+}
+
+// convertDump turns a node dump into a catalog. Nodes imported from cluster
+// peers are left out (queries name no peer), as are instances without
+// tagFilter, when set. The result is sorted.
+func convertDump(dump []*nodeInfo, dc, tagFilter string) *model.Catalog {
+	cat := &model.Catalog{Datacenter: dc}
+	for _, n := range dump {
+		if n == nil || n.PeerName != "" {
+			continue
+		}
+		node := model.Node{
+			ID:              n.ID,
+			Name:            n.Node,
+			Address:         n.Address,
+			Datacenter:      cmp.Or(n.Datacenter, dc),
+			TaggedAddresses: n.TaggedAddresses,
+			Meta:            n.Meta,
+		}
+		cat.Nodes = append(cat.Nodes, node)
+
+		var nodeChecks []model.Check
+		byService := map[string][]model.Check{}
+		for _, c := range n.Checks {
+			if c == nil {
+				continue
+			}
+			mc := model.Check{
+				Node: cmp.Or(c.Node, n.Node), CheckID: c.CheckID, Name: c.Name, Status: c.Status,
+				Notes: c.Notes, Output: c.Output, ServiceID: c.ServiceID, ServiceName: c.ServiceName,
+			}
+			if c.ServiceID == "" {
+				nodeChecks = append(nodeChecks, mc)
+			} else {
+				byService[c.ServiceID] = append(byService[c.ServiceID], mc)
+			}
+		}
+
+		for _, svc := range n.Services {
+			if svc == nil || svc.PeerName != "" {
+				continue
+			}
+			if tagFilter != "" && !slices.Contains(svc.Tags, tagFilter) {
+				continue
+			}
+			checks := append(slices.Clone(nodeChecks), byService[svc.ID]...)
+			slices.SortFunc(checks, func(a, b model.Check) int {
+				return cmp.Or(cmp.Compare(a.ServiceID, b.ServiceID), cmp.Compare(a.CheckID, b.CheckID))
+			})
+			in := model.Instance{
+				Source:              Name,
+				Datacenter:          node.Datacenter,
+				Node:                n.Node,
+				NodeID:              n.ID,
+				NodeAddress:         n.Address,
+				NodeTaggedAddresses: n.TaggedAddresses,
+				NodeMeta:            n.Meta,
+				ID:                  instanceID(n.Node, svc.ID),
+				Name:                svc.Service,
+				Kind:                svc.Kind,
+				Namespace:           svc.Namespace,
+				Address:             cmp.Or(svc.Address, n.Address),
+				Port:                svc.Port,
+				Tags:                svc.Tags,
+				Meta:                svc.Meta,
+				TaggedAddresses:     serviceAddresses(svc.TaggedAddresses),
+				Status:              aggregateStatus(checks),
+				Checks:              checks,
+			}
+			if svc.Weights != nil {
+				in.Weight, in.WarningWeight = svc.Weights.Passing, svc.Weights.Warning
+			}
+			cat.Instances = append(cat.Instances, in)
+		}
+	}
+	model.SortCatalog(cat)
+	return cat
+}
+
+// instanceID makes Consul's service ID, unique only on its node, unique in
+// the catalog: "node/id".
+func instanceID(node, serviceID string) string { return node + "/" + serviceID }
+
+// serviceAddresses flattens a service's tagged addresses to "host:port"
+// (the host alone when there is no port).
+func serviceAddresses(m map[string]serviceAddress) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, a := range m {
+		if a.Port == 0 {
+			out[k] = a.Address
+		} else {
+			out[k] = net.JoinHostPort(a.Address, strconv.Itoa(a.Port))
+		}
+	}
+	return out
+}
+
+// aggregateStatus is the worst status of checks, as consul-template
+// computes it: a maintenance check (node or service) wins over everything,
+// then critical, warning, passing. No checks is passing; a status Consul
+// does not define counts as critical.
+func aggregateStatus(checks []model.Check) string {
+	rank := 0
+	for _, c := range checks {
+		if c.CheckID == "_node_maintenance" || strings.HasPrefix(c.CheckID, "_service_maintenance:") {
+			return model.StatusMaintenance
+		}
+		r := 2
+		switch c.Status {
+		case api.HealthPassing:
+			r = 0
+		case api.HealthWarning:
+			r = 1
+		}
+		rank = max(rank, r)
+	}
+	return [...]string{model.StatusPassing, model.StatusWarning, model.StatusCritical}[rank]
+}

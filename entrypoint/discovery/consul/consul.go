@@ -1,0 +1,395 @@
+package consul
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+)
+
+// Name is the source's name in snapshots and status.
+const Name = "consul"
+
+const (
+	// DefaultWaitTime is how long a blocking query waits for a change.
+	DefaultWaitTime = 5 * time.Minute
+	// maxWaitTime is Consul's own limit: it caps longer waits silently.
+	maxWaitTime = 10 * time.Minute
+)
+
+// Config is the Consul source's configuration. Where Consul reads its own
+// environment variables (CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN,
+// CONSUL_HTTP_TOKEN_FILE, CONSUL_CACERT, CONSUL_HTTP_SSL, ...), they apply.
+type Config struct {
+	// TagFilter: report only instances that carry this tag; "" reports
+	// every instance.
+	TagFilter string
+	// Datacenter replaces the agent's own datacenter for every query that
+	// names none (the local catalog, KV); "" keeps the agent's.
+	Datacenter string
+	// Stale lets any Consul server answer, not only the leader: for many
+	// load-balancer replicas, at the price of data a little behind.
+	Stale bool
+	// WaitTime is how long a blocking query waits for a change before it
+	// is issued again; 0 means DefaultWaitTime. Consul caps it at 10m.
+	WaitTime time.Duration
+	// API is the base of the client's configuration; nil means
+	// api.DefaultConfig(), which reads Consul's environment variables.
+	// It is copied, not changed.
+	API *api.Config
+}
+
+// Source is the Consul source. Create it with New; Want and Status may be
+// called at any time, from any goroutine.
+type Source struct {
+	cfg    Config
+	log    *slog.Logger
+	client *api.Client
+	addr   string // scheme://host:port, for messages
+	// addrHint says where addr came from, for messages.
+	addrHint string
+
+	// started counts requests sent, finished those answered (or failed).
+	started, finished atomic.Uint64
+
+	// changed wakes Run when an answer or the wanted set changed.
+	changed chan struct{}
+
+	// dcPoll is how often the datacenter list is read.
+	dcPoll time.Duration
+
+	mu      sync.Mutex
+	want    map[model.Query]bool
+	watches map[model.Query]*watch
+	results map[model.Query]model.Result
+	// tried: queries whose watch has made its first attempt, so the first
+	// snapshot waits for every query to be answered or to fail once.
+	tried   map[model.Query]bool
+	failing map[model.Query]bool
+	status  model.SourceStatus
+	runCtx  context.Context // nil unless Run is running
+	wg      sync.WaitGroup  // the watches Run started
+}
+
+var (
+	_ model.Source   = (*Source)(nil)
+	_ model.Wanter   = (*Source)(nil)
+	_ model.Reporter = (*Source)(nil)
+)
+
+// New returns a Consul source. Configuration errors (an invalid wait time,
+// CONSUL_HTTP_ADDR with an unknown scheme, unreadable TLS files) are
+// returned here; Run retries everything else. log may be nil.
+func New(cfg Config, log *slog.Logger) (*Source, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", "discovery", "source", Name)
+	switch {
+	case cfg.WaitTime < 0:
+		return nil, fmt.Errorf("consul: wait time %s is negative", cfg.WaitTime)
+	case cfg.WaitTime > maxWaitTime:
+		return nil, fmt.Errorf("consul: wait time %s is longer than Consul's limit of %s", cfg.WaitTime, maxWaitTime)
+	case cfg.WaitTime == 0:
+		cfg.WaitTime = DefaultWaitTime
+	}
+
+	var ac api.Config
+	if cfg.API != nil {
+		ac = *cfg.API
+	} else {
+		ac = *api.DefaultConfig()
+	}
+	if ac.HttpClient != nil {
+		hc := *ac.HttpClient // counting must not change the caller's client
+		ac.HttpClient = &hc
+	}
+	client, err := api.NewClient(&ac)
+	if err != nil {
+		return nil, fmt.Errorf("consul: client for %s: %w", ac.Address, err)
+	}
+	s := &Source{
+		cfg:     cfg,
+		log:     log,
+		client:  client,
+		addr:    ac.Scheme + "://" + ac.Address,
+		changed: make(chan struct{}, 1),
+		dcPoll:  30 * time.Second,
+		want:    map[model.Query]bool{},
+		watches: map[model.Query]*watch{},
+		results: map[model.Query]model.Result{},
+		tried:   map[model.Query]bool{},
+		failing: map[model.Query]bool{},
+		status:  model.SourceStatus{Name: Name},
+	}
+	switch env := os.Getenv(api.HTTPAddrEnvName); {
+	case cfg.API != nil && cfg.API.Address != env:
+		s.addrHint = "as configured"
+	case env != "":
+		s.addrHint = "from " + api.HTTPAddrEnvName
+	default:
+		s.addrHint = "the default; set " + api.HTTPAddrEnvName + " to change it"
+	}
+	// NewClient has set ac.HttpClient (its own, or one for a unix socket);
+	// the client uses that very *http.Client, so counting wraps it here.
+	next := ac.HttpClient.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	ac.HttpClient.Transport = &countingTransport{next: next, started: &s.started, finished: &s.finished}
+	return s, nil
+}
+
+// Name is "consul".
+func (s *Source) Name() string { return Name }
+
+// Requests returns how many HTTP requests the source has sent to Consul,
+// including those still waiting for an answer.
+func (s *Source) Requests() uint64 { return s.started.Load() }
+
+// inFlight is how many requests wait for an answer now.
+func (s *Source) inFlight() uint64 {
+	f := s.finished.Load()
+	return s.started.Load() - f
+}
+
+// countingTransport counts the requests of the Consul client.
+type countingTransport struct {
+	next              http.RoundTripper
+	started, finished *atomic.Uint64
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.started.Add(1)
+	defer c.finished.Add(1) // a blocking query answers only when it is done
+	return c.next.RoundTrip(r)
+}
+
+// Want replaces the set of queries the source answers: watches start for
+// new queries and stop for the ones no longer wanted, whose answers leave
+// the next snapshot. It does not block. Queries of an unknown kind are
+// ignored (and logged).
+func (s *Source) Want(queries []model.Query) {
+	want := make(map[model.Query]bool, len(queries))
+	for _, q := range queries {
+		switch q.Kind {
+		case model.QueryCatalog, model.QueryKey, model.QueryPrefix, model.QueryDatacenters:
+			want[q] = true
+		default:
+			s.log.Warn("ignoring a query of an unknown kind", "query", q.String())
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.want = want
+	for q := range s.results {
+		if !want[q] {
+			delete(s.results, q)
+		}
+	}
+	if s.runCtx != nil {
+		s.syncWatchesLocked()
+	}
+	s.signal()
+}
+
+// syncWatchesLocked starts a watch for each wanted query without one and
+// stops those no longer wanted. s.mu is held and Run is running.
+func (s *Source) syncWatchesLocked() {
+	for q, w := range s.watches {
+		if !s.want[q] {
+			w.cancel()
+			delete(s.watches, q)
+			delete(s.tried, q)
+			delete(s.failing, q)
+		}
+	}
+	for q := range s.want {
+		if s.watches[q] != nil {
+			continue
+		}
+		ctx, cancel := context.WithCancel(s.runCtx)
+		w := &watch{q: q, cancel: cancel, f: s.newFetcher(q)}
+		s.watches[q] = w
+		s.wg.Go(func() { s.runWatch(ctx, w) })
+	}
+}
+
+// signal wakes Run without ever blocking.
+func (s *Source) signal() {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Run answers the wanted queries until ctx ends, following the contract of
+// model.Source: the first snapshot once every wanted query has been
+// answered or has failed once, then one per change, only the newest when
+// out is slow. It must not run twice at the same time.
+func (s *Source) Run(ctx context.Context, out chan<- model.Snapshot) {
+	s.mu.Lock()
+	if s.runCtx != nil {
+		s.mu.Unlock()
+		s.log.Error("Run called while already running; ignoring the second call")
+		return
+	}
+	s.runCtx = ctx
+	s.syncWatchesLocked()
+	s.mu.Unlock()
+	defer s.stop()
+	s.signal()
+
+	var (
+		sent    bool
+		last    model.Snapshot // last sent
+		pending model.Snapshot
+		outc    chan<- model.Snapshot // out while pending waits, else nil
+	)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.changed:
+			snap, ready := s.snapshot(sent)
+			if !ready {
+				continue
+			}
+			if sent && reflect.DeepEqual(snap.Results, last.Results) {
+				pending, outc = model.Snapshot{}, nil // back to what out has
+				continue
+			}
+			pending, outc = snap, out
+		case outc <- pending:
+			last, sent = pending, true
+			pending, outc = model.Snapshot{}, nil
+		}
+	}
+}
+
+// stop ends every watch and waits for them.
+func (s *Source) stop() {
+	s.mu.Lock()
+	for q, w := range s.watches {
+		w.cancel()
+		delete(s.watches, q)
+	}
+	clear(s.tried)
+	clear(s.failing)
+	s.runCtx = nil
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// snapshot copies the current answers. Before the first send it is ready
+// only once every wanted query has been tried.
+func (s *Source) snapshot(sent bool) (model.Snapshot, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !sent {
+		for q := range s.want {
+			if !s.tried[q] {
+				return model.Snapshot{}, false
+			}
+		}
+	}
+	res := make(map[model.Query]model.Result, len(s.results))
+	for q, r := range s.results {
+		res[q] = r
+	}
+	return model.Snapshot{Source: Name, Results: res}, true
+}
+
+// Status reports whether the last attempt of every watch succeeded, and
+// the latest success and error.
+func (s *Source) Status() model.SourceStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.status
+	st.Up = !st.LastSuccess.IsZero() && len(s.failing) == 0
+	return st
+}
+
+// succeeded records w's answer r; it is dropped if w was stopped meanwhile.
+func (s *Source) succeeded(w *watch, r model.Result) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watches[w.q] != w {
+		return
+	}
+	if s.failing[w.q] {
+		delete(s.failing, w.q)
+		s.log.Info("query answered again", "query", w.q.String())
+	}
+	s.status.LastSuccess = time.Now()
+	first := !s.tried[w.q]
+	s.tried[w.q] = true
+	if old, ok := s.results[w.q]; !ok || !reflect.DeepEqual(old, r) {
+		s.results[w.q] = r
+		s.signal()
+	} else if first {
+		s.signal()
+	}
+}
+
+// failed records w's error; the first of a series is logged as a warning.
+func (s *Source) failed(w *watch, err error, retry time.Duration) {
+	msg := s.explain(w.q, err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watches[w.q] != w {
+		return
+	}
+	s.status.LastError, s.status.LastErrorAt = msg, time.Now()
+	if !s.failing[w.q] {
+		s.log.Warn("Consul query failed; keeping its last answer and retrying", "query", w.q.String(), "err", msg, "retry_in", retry.Round(time.Millisecond))
+	} else {
+		s.log.Debug("Consul query failed again", "query", w.q.String(), "err", msg, "retry_in", retry.Round(time.Millisecond))
+	}
+	s.failing[w.q] = true
+	if !s.tried[w.q] {
+		s.tried[w.q] = true
+		s.signal()
+	}
+}
+
+// explain turns err into a message an operator can act on.
+func (s *Source) explain(q model.Query, err error) string {
+	what := "reading " + q.String()
+	var se api.StatusError
+	if errors.As(err, &se) {
+		body := se.Body
+		if len(body) > 200 {
+			body = body[:200] + "..."
+		}
+		switch se.Code {
+		case http.StatusForbidden, http.StatusUnauthorized:
+			return fmt.Sprintf("%s: Consul at %s refused the request (%d %q): the token (%s or %s) lacks %s",
+				what, s.addr, se.Code, body, api.HTTPTokenEnvName, api.HTTPTokenFileEnvName, rightsFor(q))
+		default:
+			return fmt.Sprintf("%s: Consul at %s answered %d: %q", what, s.addr, se.Code, body)
+		}
+	}
+	return fmt.Sprintf("%s: Consul at %s (%s): %v", what, s.addr, s.addrHint, err)
+}
+
+// rightsFor names the ACL rights q needs.
+func rightsFor(q model.Query) string {
+	switch q.Kind {
+	case model.QueryKey, model.QueryPrefix:
+		return "key:read on " + fmt.Sprintf("%q", q.Key)
+	case model.QueryCatalog:
+		return `node:read and service:read (node_prefix "" and service_prefix "" read)`
+	}
+	return "the rights for this query"
+}

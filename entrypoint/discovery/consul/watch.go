@@ -1,0 +1,139 @@
+package consul
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+)
+
+const (
+	// minInterval is the shortest time between two requests of one watch
+	// after a success: a burst of changes is read once, not once each.
+	minInterval = 100 * time.Millisecond
+	// requestSlack is added to a blocking query's wait for its deadline
+	// (Consul adds up to wait/16 of jitter), and is the deadline of a
+	// request that does not block.
+	requestSlack = 30 * time.Second
+)
+
+// watch answers one query for as long as it is wanted.
+type watch struct {
+	q      model.Query
+	cancel context.CancelFunc
+	f      fetcher
+}
+
+// fetcher reads one query. Its first fetch answers at once; every later one
+// returns when the answer may have changed (a blocking query returned, a
+// poll interval passed). A fetcher keeps its own index and is used by one
+// goroutine only.
+type fetcher interface {
+	fetch(ctx context.Context) (model.Result, error)
+}
+
+// newFetcher returns the fetcher for q.
+func (s *Source) newFetcher(q model.Query) fetcher {
+	dc := q.Datacenter
+	if dc == "" {
+		dc = s.cfg.Datacenter
+	}
+	switch q.Kind {
+	case model.QueryCatalog:
+		return &catalogFetcher{s: s, dc: dc}
+	case model.QueryKey, model.QueryPrefix:
+		return &kvFetcher{s: s, dc: dc, key: q.Key, prefix: q.Kind == model.QueryPrefix}
+	default: // model.QueryDatacenters; Want lets no other kind through
+		return &dcFetcher{s: s}
+	}
+}
+
+// runWatch fetches w's query until ctx ends, retrying failures with
+// backoff; answers and errors go to s.
+func (s *Source) runWatch(ctx context.Context, w *watch) {
+	bo := newBackoff()
+	for {
+		r, err := w.f.fetch(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			d := bo.next()
+			s.failed(w, err, d)
+			if !sleep(ctx, d) {
+				return
+			}
+			continue
+		}
+		bo.reset()
+		s.succeeded(w, r)
+		if !sleep(ctx, minInterval) {
+			return
+		}
+	}
+}
+
+// sleep waits d, or less if ctx ends first; it reports whether ctx is
+// still alive.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// backoff is exponential backoff with jitter: attempt n waits a random time
+// between half and all of min·2ⁿ, capped at max.
+type backoff struct {
+	min, max time.Duration
+	attempt  int
+}
+
+func newBackoff() *backoff { return &backoff{min: 250 * time.Millisecond, max: 30 * time.Second} }
+
+func (b *backoff) next() time.Duration {
+	d := b.max
+	if b.attempt < 32 {
+		if e := b.min << b.attempt; e > 0 && e < b.max {
+			d = e
+		}
+	}
+	b.attempt++
+	return d/2 + rand.N(d/2+1)
+}
+
+func (b *backoff) reset() { b.attempt = 0 }
+
+// queryOptions are the options of every read: the datacenter, stale reads,
+// and for a blocking query (index > 0) the index and wait. The context
+// bounds the request, so a silent network cannot hold a watch forever.
+func (s *Source) queryOptions(ctx context.Context, dc string, index uint64) (*api.QueryOptions, context.CancelFunc) {
+	timeout := requestSlack
+	q := &api.QueryOptions{Datacenter: dc, AllowStale: s.cfg.Stale}
+	if index > 0 {
+		q.WaitIndex, q.WaitTime = index, s.cfg.WaitTime
+		timeout += s.cfg.WaitTime + s.cfg.WaitTime/16
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	return q.WithContext(ctx), cancel
+}
+
+// nextIndex is the index to wait on after an answer with index got to a
+// query that waited on prev, as Consul advises: start over when the index
+// went backwards, and never wait on 0, which would return at once forever.
+func nextIndex(prev, got uint64) uint64 {
+	switch {
+	case got < prev:
+		return 0
+	case got == 0:
+		return 1
+	}
+	return got
+}
