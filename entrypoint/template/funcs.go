@@ -1,0 +1,222 @@
+package template
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strings"
+	"text/template"
+
+	"github.com/Masterminds/sprig/v3"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+)
+
+// render is the state of one Render: the functions of the template are
+// closures over it, so nothing is shared between renders.
+type render struct {
+	t       *Template
+	tmpl    *template.Template
+	st      model.State
+	queries map[model.Query]bool
+	missing map[model.Query]bool
+	skipped []string
+	scratch Scratch
+}
+
+// result records q and returns State's answer; without one q is missing.
+func (r *render) result(q model.Query) (model.Result, bool) {
+	r.queries[q] = true
+	res, ok := r.st.Result(q)
+	if !ok {
+		r.missing[q] = true
+	}
+	return res, ok
+}
+
+// unsupported lists the consul-template functions seamless refuses at
+// Parse, with the reason given to the user.
+var unsupported = map[string]string{
+	"secret":           "it reads Vault; seamless talks to no Vault (inject secrets as files and use `file`, or as environment variables and use `env`)",
+	"secrets":          "it lists Vault secrets; seamless talks to no Vault",
+	"pkiCert":          "it issues certificates from Vault's PKI; seamless talks to no Vault (mount certificates as files and point HAProxy at them)",
+	"pkiSign":          "it signs certificates with Vault's PKI; seamless talks to no Vault",
+	"caLeaf":           "it fetches Consul Connect leaf certificates; seamless reads only Consul's catalog and KV store",
+	"caRoots":          "it fetches Consul Connect CA roots; seamless reads only Consul's catalog and KV store",
+	"connect":          "it lists Consul Connect proxies; seamless reads only Consul's catalog and KV store",
+	"exportedServices": "it reads Consul admin partitions' exported services; seamless reads only Consul's catalog and KV store",
+	"partitions":       "it lists Consul Enterprise admin partitions; seamless reads only Consul's catalog and KV store",
+	"peerings":         "it lists Consul cluster peerings; seamless reads only Consul's catalog and KV store",
+	"nomadService":     "it reads Nomad's service registry; seamless discovers from Consul, Docker and files",
+	"nomadServices":    "it reads Nomad's service registry; seamless discovers from Consul, Docker and files",
+	"nomadVar":         "it reads Nomad variables; seamless talks to no Nomad",
+	"nomadVarExists":   "it reads Nomad variables; seamless talks to no Nomad",
+	"nomadVarList":     "it reads Nomad variables; seamless talks to no Nomad",
+	"nomadVarListSafe": "it reads Nomad variables; seamless talks to no Nomad",
+	"plugin":           "it runs an external command at every render; rendering in seamless is a pure function of the discovered state, and PID 1 starts no such children",
+	"writeToFile":      "it writes files while rendering; rendering in seamless is a pure function of the discovered state and writes nothing",
+	"sockaddr":         "it reads the host's network interfaces through go-sockaddr, which seamless does not include; pass the address in an environment variable and use `env`",
+	"spew_dump":        "it prints to PID 1's standard output; use toJSONPretty or printf \"%#v\" instead",
+	"spew_printf":      "it prints to PID 1's standard output; use toJSONPretty or printf \"%#v\" instead",
+	"spew_sdump":       "it needs go-spew, which seamless does not include; use toJSONPretty or printf \"%#v\" instead",
+	"spew_sprintf":     "it needs go-spew, which seamless does not include; use printf instead",
+}
+
+// impureSprig are the sprig functions that would make a rendering depend on
+// something else than the state (randomness, the clock, DNS).
+var impureSprig = map[string]string{
+	"ago":                      "it reads the clock at every render",
+	"randAlpha":                "it is random: every render would differ and reload HAProxy",
+	"randAlphaNum":             "it is random: every render would differ and reload HAProxy",
+	"randAscii":                "it is random: every render would differ and reload HAProxy",
+	"randNumeric":              "it is random: every render would differ and reload HAProxy",
+	"randBytes":                "it is random: every render would differ and reload HAProxy",
+	"randInt":                  "it is random: every render would differ and reload HAProxy",
+	"shuffle":                  "it is random: every render would differ and reload HAProxy",
+	"uuidv4":                   "it is random: every render would differ and reload HAProxy",
+	"bcrypt":                   "it salts randomly: every render would differ and reload HAProxy",
+	"htpasswd":                 "it salts randomly: every render would differ and reload HAProxy",
+	"encryptAES":               "it uses a random IV: every render would differ and reload HAProxy",
+	"genPrivateKey":            "it generates a new key at every render",
+	"genCA":                    "it generates a new certificate at every render",
+	"genCAWithKey":             "it generates a new certificate at every render",
+	"genSelfSignedCert":        "it generates a new certificate at every render",
+	"genSelfSignedCertWithKey": "it generates a new certificate at every render",
+	"genSignedCert":            "it generates a new certificate at every render",
+	"genSignedCertWithKey":     "it generates a new certificate at every render",
+	"getHostByName":            "it resolves DNS while rendering; let HAProxy resolve names (`resolvers`) instead",
+}
+
+func init() {
+	for name, reason := range impureSprig {
+		unsupported["sprig_"+name] = reason
+	}
+}
+
+// funcMap returns every function a template may call, bound to r. Parse
+// uses the same map, so names can never drift between check and render.
+func (r *render) funcMap() template.FuncMap {
+	fm := template.FuncMap{}
+	for name, fn := range sprig.TxtFuncMap() {
+		if _, impure := impureSprig[name]; !impure {
+			fm["sprig_"+name] = fn
+		}
+	}
+	fm["sprig_env"] = r.env
+	fm["sprig_expandenv"] = func(s string) string { return os.Expand(s, r.env) }
+	fm["sprig_now"] = func() any { return r.t.opts.Now }
+	for name := range unsupported {
+		fm[name] = func(...any) (string, error) {
+			return "", fmt.Errorf("%s: %w", name, ErrUnsupported)
+		}
+	}
+
+	// Consul and the merged catalog.
+	fm["datacenters"] = r.datacenters
+	fm["key"] = r.key
+	fm["keyExists"] = r.keyExists
+	fm["keyOrDefault"] = r.keyOrDefault
+	fm["ls"] = func(s string) ([]*KeyPair, error) { return r.list(s, "ls", false, false) }
+	fm["safeLs"] = func(s string) ([]*KeyPair, error) { return r.list(s, "safeLs", false, true) }
+	fm["tree"] = func(s string) ([]*KeyPair, error) { return r.list(s, "tree", true, false) }
+	fm["safeTree"] = func(s string) ([]*KeyPair, error) { return r.list(s, "safeTree", true, true) }
+	fm["node"] = r.node
+	fm["nodes"] = r.nodes
+	fm["service"] = r.service
+	fm["services"] = r.services
+
+	// Local reads.
+	fm["file"] = r.file
+	fm["env"] = func(s string) string { return r.env(s) }
+	fm["mustEnv"] = r.mustEnv
+	fm["envOrDefault"] = r.envOrDefault
+	fm["executeTemplate"] = r.executeTemplate
+	fm["timestamp"] = r.timestamp
+	fm["scratch"] = func() *Scratch { return &r.scratch }
+
+	for name, fn := range helperFuncs {
+		fm[name] = fn
+	}
+	for name, fn := range haproxyFuncs {
+		fm[name] = fn
+	}
+	fm["skip"] = r.skip
+	fm["validServiceName"] = ValidServiceName
+	return fm
+}
+
+func (r *render) env(name string) string {
+	v, _ := r.t.opts.LookupEnv(name)
+	return v
+}
+
+func (r *render) mustEnv(name string) (string, error) {
+	if v := r.env(name); v != "" {
+		return v, nil
+	}
+	return "", fmt.Errorf("required environment variable %s is empty", name)
+}
+
+func (r *render) envOrDefault(name, def string) string {
+	if v, ok := r.t.opts.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}
+
+// file returns a file's contents, read at every render: an edited file is
+// picked up by the next render (consul-template watches it and renders at
+// once; seamless renders when the state changes).
+func (r *render) file(p string) (string, error) {
+	if p == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(r.t.resolve(p))
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+func (r *render) executeTemplate(name string, data ...any) (string, error) {
+	var dot any
+	switch len(data) {
+	case 0:
+	case 1:
+		dot = data[0]
+	default:
+		return "", fmt.Errorf("executeTemplate: wrong number of arguments, expected 1 or 2, but got %d", len(data)+1)
+	}
+	var b bytes.Buffer
+	if err := r.tmpl.ExecuteTemplate(&b, name, dot); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+// timestamp formats Options.Now (UTC): RFC 3339 by default, Unix seconds
+// for "unix", else the given Go layout.
+func (r *render) timestamp(layout ...string) (string, error) {
+	now := r.t.opts.Now
+	switch len(layout) {
+	case 0:
+		return now.Format("2006-01-02T15:04:05Z07:00"), nil
+	case 1:
+		if layout[0] == "unix" {
+			return fmt.Sprint(now.Unix()), nil
+		}
+		return now.Format(layout[0]), nil
+	}
+	return "", fmt.Errorf("timestamp: wrong number of arguments, expected 0 or 1, but got %d", len(layout))
+}
+
+// skip records why the template left something out, for the log
+// (Rendering.Skipped), and renders nothing.
+func (r *render) skip(reason ...any) string {
+	msg := strings.TrimSpace(fmt.Sprintln(reason...))
+	if msg == "" {
+		msg = "skipped by the template"
+	}
+	r.skipped = append(r.skipped, msg)
+	return ""
+}

@@ -1,0 +1,354 @@
+package template
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/template"
+	"text/template/parse"
+	"time"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+)
+
+// ErrUnsupported is wrapped by every *UnsupportedError.
+var ErrUnsupported = errors.New("not supported by seamless")
+
+// UnsupportedError is a template that calls a consul-template function
+// seamless does not provide. Parse returns it, so such a template never
+// renders, not even partly.
+type UnsupportedError struct {
+	File   string
+	Line   int
+	Col    int
+	Func   string
+	Reason string
+}
+
+func (e *UnsupportedError) Error() string {
+	return fmt.Sprintf("%s:%d:%d: function %q is not supported by seamless: %s", e.File, e.Line, e.Col, e.Func, e.Reason)
+}
+
+func (e *UnsupportedError) Unwrap() error { return ErrUnsupported }
+
+// ArgError is a literal argument that can never work (`service "web|bogus"`),
+// found at Parse. The same mistake in a computed argument is a render error,
+// which names the file and line too.
+type ArgError struct {
+	File string
+	Line int
+	Col  int
+	Func string
+	Err  error
+}
+
+func (e *ArgError) Error() string {
+	return fmt.Sprintf("%s:%d:%d: %s: %v", e.File, e.Line, e.Col, e.Func, e.Err)
+}
+
+func (e *ArgError) Unwrap() error { return e.Err }
+
+// Options configure a Template. The zero value works.
+type Options struct {
+	// DefaultHealth is the health filter of a `service` call that names
+	// none (SEAMLESS_CONSUL_HEALTH); empty means passing, as in
+	// consul-template.
+	DefaultHealth []string
+	// LookupEnv backs env, mustEnv, envOrDefault, sprig_env and
+	// sprig_expandenv; nil means os.LookupEnv.
+	LookupEnv func(string) (string, bool)
+	// Dir is where `file` resolves relative paths; empty means the working
+	// directory at Parse (consul-template resolves them against its own).
+	Dir string
+	// NodeName is the node `node` describes when called without a name.
+	// consul-template asks its Consul agent; seamless may run without one,
+	// so it uses this name, by default the hostname, which is also the
+	// name a Consul agent on this host registers by default.
+	NodeName string
+	// Now is what timestamp and sprig_now return; zero means the time of
+	// Parse. A clock read at every render would make every rendering
+	// differ and reload HAProxy for nothing.
+	Now time.Time
+	// LeftDelim and RightDelim replace "{{" and "}}" (consul-template's
+	// left_delimiter and right_delimiter).
+	LeftDelim, RightDelim string
+	// ErrOnMissingKey makes indexing a map with a missing key an error
+	// instead of the zero value (consul-template's error_on_missing_key).
+	ErrOnMissingKey bool
+}
+
+// Template is a parsed user template; it implements model.Renderer. It is
+// immutable: Render may be called from several goroutines.
+type Template struct {
+	path   string
+	text   string
+	opts   Options
+	health []string
+}
+
+var _ model.Renderer = (*Template)(nil)
+
+// Parse reads and parses the template at path. Besides Go template syntax
+// errors, it refuses a template that calls a function seamless does not
+// support (an *UnsupportedError) and literal arguments that can never work
+// (an *ArgError); both name the file, line and column.
+func Parse(path string, opts Options) (*Template, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("template: %w", err)
+	}
+	return parseText(path, string(b), opts)
+}
+
+func parseText(path, text string, opts Options) (*Template, error) {
+	if opts.LookupEnv == nil {
+		opts.LookupEnv = os.LookupEnv
+	}
+	if opts.Dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return nil, fmt.Errorf("template: %w", err)
+		}
+		opts.Dir = wd
+	}
+	if opts.NodeName == "" {
+		opts.NodeName, _ = os.Hostname()
+	}
+	if opts.Now.IsZero() {
+		opts.Now = time.Now()
+	}
+	opts.Now = opts.Now.UTC()
+	health, err := parseFilter(strings.Join(opts.DefaultHealth, ","))
+	if err != nil {
+		return nil, fmt.Errorf("template: default health filter: %w", err)
+	}
+	t := &Template{path: path, text: text, opts: opts, health: health}
+	tmpl, err := t.newTemplate(&render{t: t})
+	if err != nil {
+		return nil, err
+	}
+	if err := t.check(tmpl); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Path is the file the template was read from.
+func (t *Template) Path() string { return t.path }
+
+// newTemplate parses the text with the functions bound to r.
+func (t *Template) newTemplate(r *render) (*template.Template, error) {
+	tmpl := template.New(t.path).Delims(t.opts.LeftDelim, t.opts.RightDelim)
+	if t.opts.ErrOnMissingKey {
+		tmpl.Option("missingkey=error")
+	} else {
+		tmpl.Option("missingkey=zero")
+	}
+	r.tmpl = tmpl
+	tmpl.Funcs(r.funcMap())
+	if _, err := tmpl.Parse(t.text); err != nil {
+		return nil, err
+	}
+	return tmpl, nil
+}
+
+// Render executes the template against st. It records every query the
+// template asked for and those st has no answer for yet; when some are
+// missing, the rendering must not be applied (Config holds what the
+// template rendered from zero values, as consul-template's first pass).
+// An execution error while queries are missing is not returned: it most
+// likely comes from the zero values and the caller renders again anyway.
+func (t *Template) Render(st model.State) (model.Rendering, error) {
+	r := &render{
+		t:       t,
+		st:      st,
+		queries: map[model.Query]bool{},
+		missing: map[model.Query]bool{},
+	}
+	tmpl, err := t.newTemplate(r)
+	if err != nil {
+		return model.Rendering{}, err
+	}
+	var buf bytes.Buffer
+	execErr := tmpl.Execute(&buf, nil)
+	out := model.Rendering{
+		Queries: sortedQueries(r.queries),
+		Missing: sortedQueries(r.missing),
+		Skipped: r.skipped,
+	}
+	if execErr != nil {
+		if len(out.Missing) > 0 {
+			return out, nil
+		}
+		return out, execErr
+	}
+	out.Config = buf.Bytes()
+	return out, nil
+}
+
+func sortedQueries(set map[model.Query]bool) []model.Query {
+	if len(set) == 0 {
+		return nil
+	}
+	qs := make([]model.Query, 0, len(set))
+	for q := range set {
+		qs = append(qs, q)
+	}
+	slices.SortFunc(qs, func(a, b model.Query) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Datacenter, b.Datacenter), cmp.Compare(a.Key, b.Key))
+	})
+	return qs
+}
+
+// check walks every parsed tree for calls of unsupported functions and for
+// literal arguments that cannot parse.
+func (t *Template) check(tmpl *template.Template) error {
+	var errs []error
+	trees := tmpl.Templates()
+	slices.SortFunc(trees, func(a, b *template.Template) int { return cmp.Compare(a.Name(), b.Name()) })
+	for _, tt := range trees {
+		if tt.Tree == nil || tt.Tree.Root == nil {
+			continue
+		}
+		walk(tt.Tree.Root, func(n parse.Node, first bool) {
+			switch n := n.(type) {
+			case *parse.IdentifierNode:
+				if reason, ok := unsupported[n.Ident]; ok {
+					line, col := position(tt.Tree, n)
+					errs = append(errs, &UnsupportedError{File: t.path, Line: line, Col: col, Func: n.Ident, Reason: reason})
+				}
+			case *parse.CommandNode:
+				if err := t.checkLiteralArgs(n, first); err != nil {
+					line, col := position(tt.Tree, n)
+					errs = append(errs, &ArgError{File: t.path, Line: line, Col: col, Func: n.Args[0].String(), Err: err})
+				}
+			}
+		})
+	}
+	return errors.Join(errs...)
+}
+
+// position is the line and column of n in its file.
+func position(tree *parse.Tree, n parse.Node) (line, col int) {
+	loc, _ := tree.ErrorContext(n)
+	// loc is "name:line:col"; the name may itself contain colons.
+	i := strings.LastIndexByte(loc, ':')
+	j := strings.LastIndexByte(loc[:max(i, 0)], ':')
+	if i < 0 || j < 0 {
+		return 0, 0
+	}
+	fmt.Sscan(loc[j+1:i], &line)
+	fmt.Sscan(loc[i+1:], &col)
+	return line, col
+}
+
+// checkLiteralArgs validates the arguments of a Consul function called
+// with literal strings only, as the first command of its pipeline (a later
+// one receives the previous result as its last argument).
+func (t *Template) checkLiteralArgs(c *parse.CommandNode, first bool) error {
+	if !first || len(c.Args) < 2 {
+		return nil
+	}
+	id, ok := c.Args[0].(*parse.IdentifierNode)
+	if !ok {
+		return nil
+	}
+	var args []string
+	for _, a := range c.Args[1:] {
+		s, ok := a.(*parse.StringNode)
+		if !ok {
+			return nil
+		}
+		args = append(args, s.Text)
+	}
+	switch id.Ident {
+	case "service":
+		if args[0] == "" {
+			return nil
+		}
+		_, err := parseServiceQuery(strings.Join(args, "|"), t.health)
+		return err
+	case "services":
+		_, err := parseServicesQuery(strings.Join(args, ""))
+		return err
+	case "nodes":
+		_, err := parseNodesQuery(strings.Join(args, ""))
+		return err
+	case "node":
+		_, err := parseNodeQuery(strings.Join(args, ""))
+		return err
+	case "key", "keyExists", "keyOrDefault":
+		if args[0] == "" {
+			return nil
+		}
+		_, err := parseKVQuery(args[0], model.QueryKey)
+		return err
+	case "ls", "safeLs", "tree", "safeTree":
+		if args[0] == "" {
+			return nil
+		}
+		_, err := parseKVQuery(args[0], model.QueryPrefix)
+		return err
+	}
+	return nil
+}
+
+// walk calls fn for every node under n; first tells, for a command, that it
+// starts its pipeline.
+func walk(n parse.Node, fn func(n parse.Node, first bool)) {
+	if n == nil {
+		return
+	}
+	switch n := n.(type) {
+	case *parse.ListNode:
+		if n == nil {
+			return
+		}
+		for _, c := range n.Nodes {
+			walk(c, fn)
+		}
+	case *parse.ActionNode:
+		walk(n.Pipe, fn)
+	case *parse.PipeNode:
+		if n == nil {
+			return
+		}
+		for i, c := range n.Cmds {
+			fn(c, i == 0)
+			for _, a := range c.Args {
+				walk(a, fn)
+			}
+		}
+	case *parse.IfNode:
+		walkBranch(&n.BranchNode, fn)
+	case *parse.RangeNode:
+		walkBranch(&n.BranchNode, fn)
+	case *parse.WithNode:
+		walkBranch(&n.BranchNode, fn)
+	case *parse.TemplateNode:
+		walk(n.Pipe, fn)
+	case *parse.ChainNode:
+		walk(n.Node, fn)
+	case *parse.IdentifierNode:
+		fn(n, false)
+	}
+}
+
+func walkBranch(b *parse.BranchNode, fn func(n parse.Node, first bool)) {
+	walk(b.Pipe, fn)
+	walk(b.List, fn)
+	walk(b.ElseList, fn)
+}
+
+// resolve makes a `file` path absolute against Options.Dir.
+func (t *Template) resolve(p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(t.opts.Dir, p)
+}
