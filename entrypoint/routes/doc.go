@@ -60,29 +60,36 @@
 //
 // # Example: three replicas behind one frontend
 //
-// The classic setup, three replicas of a web service behind one HTTP
-// frontend on port 5001 with the stats page at :8404/haproxy?stats:
+// The classic setup (and `make demo`'s): three replicas of a web service
+// behind one HTTP frontend on port 5001, the stats page at
+// http://127.0.0.1:8404/haproxy?stats. Three instances and two tags each:
 //
-//	SEAMLESS_HTTP_BIND=:5001
+//	SEAMLESS_HTTP_BIND=127.0.0.1:5001 SEAMLESS_STATS_BIND=127.0.0.1:8404
 //
-//	service web, instance web1 at 10.0.0.11:9001, tags seamless.http.host=web.example.com
-//	service web, instance web2 at 10.0.0.12:9001, tags seamless.http.host=web.example.com
-//	service web, instance web3 at 10.0.0.13:9001, tags seamless.http.host=web.example.com
+//	service web, instance web1 at 127.0.0.1:9001, tags seamless.http.host=localhost seamless.http.host=127.0.0.1
+//	service web, instance web2 at 127.0.0.1:9002, the same tags
+//	service web, instance web3 at 127.0.0.1:9003, the same tags
 //
-// renders (see testdata/classic.cfg):
+// render (testdata/classic.cfg, which `haproxy -c` checks):
 //
 //	frontend http
-//	    bind :5001
+//	    bind 127.0.0.1:5001
 //	    ...
-//	    use_backend http-web if { var(txn.host) -m str web.example.com }
+//	    use_backend http-web if { var(txn.host) -m str 127.0.0.1 }
+//	    use_backend http-web if { var(txn.host) -m str localhost }
 //	    default_backend no-route
+//
+//	frontend stats
+//	    bind 127.0.0.1:8404
+//	    ...
+//	    stats uri /haproxy?stats
 //
 //	backend http-web
 //	    balance roundrobin
-//	    server web1 10.0.0.11:9001 weight 1
-//	    server web2 10.0.0.12:9001 weight 1
-//	    server web3 10.0.0.13:9001 weight 1
+//	    server web1 127.0.0.1:9001 weight 1
+//	    server web2 127.0.0.1:9002 weight 1
+//	    server web3 127.0.0.1:9003 weight 1
 //
-// Tag them seamless.http.path=/ instead to serve every Host (as
-// http://127.0.0.1:5001 would send).
+// With seamless.http.path=/ instead of the host tags, web serves every
+// Host (it becomes the default backend).
 package routes

@@ -194,11 +194,11 @@ func ParseAddress(s string) (Address, error) {
 		return Address{}, fmt.Errorf("the instance has no address")
 	}
 	if ip, err := netip.ParseAddr(s); err == nil {
-		ip = ip.Unmap()
-		switch {
-		case ip.Zone() != "":
+		if ip.Zone() != "" { // before Unmap, which drops it
 			return Address{}, fmt.Errorf("address %s has an IPv6 zone, which a server line cannot carry", quote(s))
-		case ip.IsUnspecified():
+		}
+		ip = ip.Unmap()
+		if ip.IsUnspecified() {
 			return Address{}, fmt.Errorf("address %s is unspecified (it means every address, not one)", quote(s))
 		}
 		return Address{Host: ip.String(), IPv6: ip.Is6()}, nil

@@ -199,6 +199,7 @@ func TestParseAddress(t *testing.T) {
 		{"unspecified IPv4", "0.0.0.0", ""},
 		{"unspecified IPv6", "::", ""},
 		{"an IPv6 zone", "fe80::1%eth0", ""},
+		{"an IPv4-mapped address with a zone", "::ffff:192.0.2.1%eth0", ""},
 		{"brackets", "[2001:db8::1]", ""},
 		{"with a port", "192.0.2.1:80", ""},
 		{"an IPv4 address that is not one", "192.0.2.256", ""},
