@@ -158,8 +158,8 @@ func convertDump(dump []*nodeInfo, dc, tagFilter string) *model.Catalog {
 			Name:            n.Node,
 			Address:         n.Address,
 			Datacenter:      cmp.Or(n.Datacenter, dc),
-			TaggedAddresses: n.TaggedAddresses,
-			Meta:            n.Meta,
+			TaggedAddresses: nilIfEmpty(n.TaggedAddresses),
+			Meta:            nilIfEmpty(n.Meta),
 		}
 		cat.Nodes = append(cat.Nodes, node)
 
@@ -197,16 +197,16 @@ func convertDump(dump []*nodeInfo, dc, tagFilter string) *model.Catalog {
 				Node:                n.Node,
 				NodeID:              n.ID,
 				NodeAddress:         n.Address,
-				NodeTaggedAddresses: n.TaggedAddresses,
-				NodeMeta:            n.Meta,
+				NodeTaggedAddresses: node.TaggedAddresses,
+				NodeMeta:            node.Meta,
 				ID:                  instanceID(n.Node, svc.ID),
 				Name:                svc.Service,
 				Kind:                svc.Kind,
 				Namespace:           svc.Namespace,
 				Address:             cmp.Or(svc.Address, n.Address),
 				Port:                svc.Port,
-				Tags:                svc.Tags,
-				Meta:                svc.Meta,
+				Tags:                nilIfNone(svc.Tags),
+				Meta:                nilIfEmpty(svc.Meta),
 				TaggedAddresses:     serviceAddresses(svc.TaggedAddresses),
 				Status:              aggregateStatus(checks),
 				Checks:              checks,
@@ -219,6 +219,21 @@ func convertDump(dump []*nodeInfo, dc, tagFilter string) *model.Catalog {
 	}
 	model.SortCatalog(cat)
 	return cat
+}
+
+// nilIfEmpty makes "no entries" one value, however Consul encoded it.
+func nilIfEmpty[M ~map[K]V, K comparable, V any](m M) M {
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+func nilIfNone[S ~[]E, E any](s S) S {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
 }
 
 // instanceID makes Consul's service ID, unique only on its node, unique in

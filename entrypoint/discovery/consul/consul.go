@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -59,8 +60,9 @@ type Source struct {
 	// addrHint says where addr came from, for messages.
 	addrHint string
 
-	// started counts requests sent, finished those answered (or failed).
-	started, finished atomic.Uint64
+	// started counts requests sent, finished those answered (or failed),
+	// received the bytes of the answers' bodies.
+	started, finished, received atomic.Uint64
 
 	// changed wakes Run when an answer or the wanted set changed.
 	changed chan struct{}
@@ -146,7 +148,7 @@ func New(cfg Config, log *slog.Logger) (*Source, error) {
 	if next == nil {
 		next = http.DefaultTransport
 	}
-	ac.HttpClient.Transport = &countingTransport{next: next, started: &s.started, finished: &s.finished}
+	ac.HttpClient.Transport = &countingTransport{next: next, started: &s.started, finished: &s.finished, received: &s.received}
 	return s, nil
 }
 
@@ -163,16 +165,33 @@ func (s *Source) inFlight() uint64 {
 	return s.started.Load() - f
 }
 
-// countingTransport counts the requests of the Consul client.
+// countingTransport counts the requests of the Consul client, and the
+// bytes of their answers.
 type countingTransport struct {
 	next              http.RoundTripper
 	started, finished *atomic.Uint64
+	received          *atomic.Uint64
 }
 
 func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.started.Add(1)
 	defer c.finished.Add(1) // a blocking query answers only when it is done
-	return c.next.RoundTrip(r)
+	resp, err := c.next.RoundTrip(r)
+	if err == nil && resp != nil && resp.Body != nil {
+		resp.Body = &countingBody{ReadCloser: resp.Body, n: c.received}
+	}
+	return resp, err
+}
+
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Uint64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(uint64(n))
+	return n, err
 }
 
 // Want replaces the set of queries the source answers: watches start for

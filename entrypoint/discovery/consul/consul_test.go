@@ -25,9 +25,10 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func TestCatalogReportsInstancesWithTheirStatus(t *testing.T) {
-	agent := testenv.Consul(t)
-	c := agent.Client()
+// registerFixture registers four instances of web with every kind of
+// status, and db without checks.
+func registerFixture(t testing.TB, c *api.Client) {
+	t.Helper()
 	weights := api.AgentWeights{Passing: 10, Warning: 2}
 	register(t, c, "node-a", "10.0.0.1", &api.AgentService{ID: "web-1", Service: "web", Port: 8001,
 		Tags: []string{"v1", "public"}, Meta: map[string]string{"version": "1"}, Weights: weights,
@@ -40,11 +41,17 @@ func TestCatalogReportsInstancesWithTheirStatus(t *testing.T) {
 	register(t, c, "node-c", "10.0.0.3", &api.AgentService{ID: "web-3", Service: "web", Port: 8003},
 		check("web-3-http", api.HealthCritical), nodeCheck("_node_maintenance", api.HealthCritical))
 	register(t, c, "node-d", "10.0.0.4", &api.AgentService{ID: "db", Service: "db", Port: 5432})
+}
 
+func fixtureComplete(s model.Snapshot) bool {
+	return len(instances(s, "web")) == 4 && len(instances(s, "db")) == 1
+}
+
+func TestCatalogReportsInstancesWithTheirStatus(t *testing.T) {
+	agent := testenv.Consul(t)
+	registerFixture(t, agent.Client())
 	r := startSource(t, agent.Addr(), Config{}, model.LocalCatalog)
-	snap := r.waitFor("four web instances and db", func(s model.Snapshot) bool {
-		return len(instances(s, "web")) == 4 && len(instances(s, "db")) == 1
-	})
+	snap := r.waitFor("four web instances and db", fixtureComplete)
 	byID := map[string]model.Instance{}
 	for _, in := range append(instances(snap, "web"), instances(snap, "db")...) {
 		byID[in.ID] = in
@@ -52,7 +59,7 @@ func TestCatalogReportsInstancesWithTheirStatus(t *testing.T) {
 
 	tests := []struct {
 		name, id, status, address string
-		port, checks             int
+		port, checks              int
 	}{
 		{"passing service check", "node-a/web-1", model.StatusPassing, "10.0.0.1", 8001, 1},
 		{"worst service check wins", "node-a/web-2", model.StatusWarning, "10.0.0.9", 8002, 2},

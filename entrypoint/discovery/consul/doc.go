@@ -34,9 +34,9 @@
 // watch falls back to public endpoints, logged once as a warning: blocking
 // queries on /v1/catalog/nodes, /v1/catalog/services and
 // /v1/health/state/any (three held open, still independent of N), and on any
-// change a re-list with one /v1/health/service/<name> per service, that is
-// N+3 requests per change. Compatible, but the budget is lost, which is why
-// it is only the fallback.
+// change a re-list of those three and one /v1/health/service/<name> per
+// service, then the three blocking queries again: N+6 requests per change.
+// Correct, but the budget is lost, which is why it is only the fallback.
 //
 // The datacenter name of the local catalog is not in the dump: when neither
 // the query nor Config.Datacenter names it, it is read once per watch from

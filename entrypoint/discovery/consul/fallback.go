@@ -50,15 +50,17 @@ func (p *publicCatalog) fetch(ctx context.Context) (model.Result, error) {
 // others are cancelled, and wait returns only once they have ended.
 func (p *publicCatalog) wait(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
 	type answer struct {
 		i     int
 		index uint64
 		err   error
 	}
 	answers := make(chan answer, len(wakePaths))
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	for i, path := range wakePaths {
 		wg.Go(func() {
 			opts, cancel := p.s.queryOptions(ctx, p.dc, p.index[i])
@@ -78,7 +80,7 @@ func (p *publicCatalog) wait(ctx context.Context) (bool, error) {
 			return false, a.err
 		}
 		if a.index != p.index[a.i] {
-			return true, nil // the deferred cancel ends the others
+			return true, nil
 		}
 	}
 	return false, nil

@@ -1,0 +1,323 @@
+package consul
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+	"github.com/seamless-lb/seamless/internal/testenv"
+)
+
+func TestNewRejectsBadConfiguration(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		addr string // CONSUL_HTTP_ADDR
+		want string
+	}{
+		{"a negative wait", Config{WaitTime: -time.Second}, "", "negative"},
+		{"a wait Consul would cap", Config{WaitTime: 11 * time.Minute}, "", "limit"},
+		{"an unknown scheme in CONSUL_HTTP_ADDR", Config{}, "ftp://127.0.0.1:8500", "ftp"},
+		{"a CA file that does not exist", Config{API: &api.Config{Address: "127.0.0.1:8500",
+			TLSConfig: api.TLSConfig{CAFile: "/nonexistent/ca.pem"}}}, "", "ca.pem"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("CONSUL_HTTP_ADDR", tt.addr)
+			_, err := New(tt.cfg, nil)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v, want one mentioning %q", err, tt.want)
+			}
+		})
+	}
+	t.Run("defaults", func(t *testing.T) {
+		t.Setenv("CONSUL_HTTP_ADDR", "unix:///run/consul.sock")
+		s, err := New(Config{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.cfg.WaitTime != DefaultWaitTime || s.Name() != "consul" || s.addrHint != "from CONSUL_HTTP_ADDR" {
+			t.Errorf("wait %s name %s hint %q", s.cfg.WaitTime, s.Name(), s.addrHint)
+		}
+	})
+}
+
+func TestAggregateStatus(t *testing.T) {
+	c := func(id, status string) model.Check { return model.Check{CheckID: id, Status: status} }
+	tests := []struct {
+		name   string
+		checks []model.Check
+		want   string
+	}{
+		{"no checks is passing", nil, model.StatusPassing},
+		{"all passing", []model.Check{c("a", "passing"), c("b", "passing")}, model.StatusPassing},
+		{"warning beats passing", []model.Check{c("a", "passing"), c("b", "warning")}, model.StatusWarning},
+		{"critical beats warning", []model.Check{c("a", "critical"), c("b", "warning")}, model.StatusCritical},
+		{"node maintenance beats everything", []model.Check{c("a", "critical"), c("_node_maintenance", "critical")}, model.StatusMaintenance},
+		{"service maintenance", []model.Check{c("_service_maintenance:web-1", "critical")}, model.StatusMaintenance},
+		{"an unknown status counts as critical", []model.Check{c("a", "passing"), c("b", "on fire")}, model.StatusCritical},
+		{"an empty status counts as critical", []model.Check{c("a", "")}, model.StatusCritical},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := aggregateStatus(tt.checks); got != tt.want {
+				t.Errorf("%s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestNextIndex(t *testing.T) {
+	tests := []struct {
+		name            string
+		prev, got, want uint64
+	}{
+		{"first answer", 0, 42, 42},
+		{"forward", 42, 50, 50},
+		{"unchanged", 42, 42, 42},
+		{"backwards starts over", 42, 7, 0},
+		{"zero is never waited on", 0, 0, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := nextIndex(tt.prev, tt.got); got != tt.want {
+				t.Errorf("nextIndex(%d, %d) = %d, want %d", tt.prev, tt.got, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestConvertDumpSurvivesOddData(t *testing.T) {
+	const dump = `[
+	  null,
+	  {"Node": "peer-node", "PeerName": "other", "Services": [{"ID": "x", "Service": "x"}]},
+	  {"Node": "n1", "Address": "10.0.0.1", "Meta": {}, "TaggedAddresses": null,
+	   "Services": [null,
+	     {"ID": "web", "Service": "web", "Port": 80, "Tags": [], "Weights": null},
+	     {"ID": "imported", "Service": "web", "PeerName": "other"},
+	     {"ID": "", "Service": "", "Port": -1, "Tags": ["a\nb", "<x>"], "Meta": {"k": "\u0000"},
+	      "TaggedAddresses": {"wan": {"Address": "::1", "Port": 443}, "lan": {"Address": "x"}}}],
+	   "Checks": [null,
+	     {"CheckID": "node-ok", "Status": "passing"},
+	     {"CheckID": "web-weird", "ServiceID": "web", "Status": "unheard-of"},
+	     {"CheckID": "orphan", "ServiceID": "gone", "Status": "critical"}]},
+	  {"Node": "n2", "Services": [{"ID": "web", "Service": "web", "Port": 81}]}
+	]`
+	var nodes []*nodeInfo
+	if err := json.Unmarshal([]byte(dump), &nodes); err != nil {
+		t.Fatal(err)
+	}
+	cat := convertDump(nodes, "dc1", "")
+	var names []string
+	for _, n := range cat.Nodes {
+		names = append(names, n.Name)
+	}
+	if !slices.Equal(names, []string{"n1", "n2"}) {
+		t.Errorf("nodes %v: peers and nulls should be left out", names)
+	}
+	got := map[string]model.Instance{}
+	for _, in := range cat.Instances {
+		got[in.ID] = in
+	}
+	if len(got) != 3 {
+		t.Fatalf("instances %+v, want n1/web, n1/ and n2/web", cat.Instances)
+	}
+	if in := got["n1/web"]; in.Status != model.StatusCritical || len(in.Checks) != 2 || in.Tags != nil {
+		t.Errorf("n1/web %+v: an unknown check status is critical; node check and own check", in)
+	}
+	if in := got["n2/web"]; in.Status != model.StatusPassing || in.Address != "" || in.Port != 81 {
+		t.Errorf("n2/web %+v", in)
+	}
+	if in := got["n1/"]; in.TaggedAddresses["wan"] != "[::1]:443" || in.TaggedAddresses["lan"] != "x" || in.Address != "10.0.0.1" {
+		t.Errorf("n1/ %+v", in)
+	}
+}
+
+func FuzzConvertDump(f *testing.F) {
+	f.Add([]byte(`[{"Node":"n","Services":[{"ID":"a","Service":"a","Tags":["t"]}],"Checks":[{"CheckID":"c","ServiceID":"a","Status":"warning"}]}]`))
+	f.Add([]byte(`[null,{"PeerName":"p"},{"Services":[null],"Checks":[null]}]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var nodes []*nodeInfo
+		if json.Unmarshal(b, &nodes) != nil {
+			return
+		}
+		for _, tag := range []string{"", "t"} {
+			cat := convertDump(nodes, "dc", tag)
+			for _, in := range cat.Instances {
+				if tag != "" && !slices.Contains(in.Tags, tag) {
+					t.Errorf("instance %+v without tag %q", in, tag)
+				}
+			}
+		}
+	})
+}
+
+// stub serves handler as a Consul, for the edges a real one will not show.
+func stub(t *testing.T, handler http.HandlerFunc) string {
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close) // after the source has stopped: cleanups run last first
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+func TestStatusExplainsErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		addr    func(t *testing.T) string
+		q       model.Query
+		mention []string
+	}{
+		{"nobody listens", func(t *testing.T) string { return testenv.Addr(testenv.FreePort(t)) },
+			model.LocalCatalog, []string{"CONSUL_HTTP_ADDR", "connection refused", "catalog"}},
+		{"the token may not read the catalog", func(t *testing.T) string {
+			return stub(t, func(w http.ResponseWriter, r *http.Request) {
+				http.Error(w, "Permission denied: token with AccessorID 'x' lacks permission 'node:read'", http.StatusForbidden)
+			})
+		}, model.LocalCatalog, []string{"CONSUL_HTTP_TOKEN", "node:read", "403"}},
+		{"the token may not read a key", func(t *testing.T) string {
+			return stub(t, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "Permission denied", http.StatusForbidden) })
+		}, model.Query{Kind: model.QueryKey, Key: "secret/x"}, []string{"key:read", `"secret/x"`}},
+		{"Consul fails", func(t *testing.T) string {
+			return stub(t, func(w http.ResponseWriter, r *http.Request) {
+				http.Error(w, "No cluster leader", http.StatusInternalServerError)
+			})
+		}, model.LocalCatalog, []string{"500", "No cluster leader"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			addr := tt.addr(t)
+			r := startSource(t, addr, Config{}, tt.q)
+			testenv.Eventually(t, wait, "an error", func() bool { return r.src.Status().LastError != "" })
+			st := r.src.Status()
+			if st.Up || st.LastErrorAt.IsZero() {
+				t.Errorf("status %+v", st)
+			}
+			for _, m := range append(tt.mention, addr) {
+				if !strings.Contains(st.LastError, m) {
+					t.Errorf("error %q does not mention %q", st.LastError, m)
+				}
+			}
+			if snap, n := r.last(); n > 0 && len(snap.Results) != 0 {
+				t.Errorf("a failing query has an answer: %+v", snap)
+			}
+		})
+	}
+}
+
+// An index that goes backwards (a restored snapshot, another server's stale
+// read) makes the watch read afresh instead of waiting on an index that
+// will not come back.
+func TestIndexGoingBackwardsStartsOver(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		indexes []string
+	)
+	answers := []struct {
+		index uint64
+		node  string
+	}{{100, "a"}, {5, "b"}, {7, "b"}}
+	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/catalog/node/") {
+			fmt.Fprint(w, `{"Node": {"Node": "a", "Datacenter": "dc9"}}`)
+			return
+		}
+		mu.Lock()
+		n := len(indexes)
+		indexes = append(indexes, r.URL.Query().Get("index"))
+		mu.Unlock()
+		if n >= len(answers) {
+			<-r.Context().Done() // a blocking query with nothing new
+			return
+		}
+		w.Header().Set("X-Consul-Index", fmt.Sprint(answers[n].index))
+		fmt.Fprintf(w, `[{"Node": %q, "Services": [{"ID": "s", "Service": "s"}]}]`, answers[n].node)
+	})
+	r := startSource(t, addr, Config{}, model.LocalCatalog)
+	r.waitFor("node b", func(s model.Snapshot) bool {
+		in := instances(s, "s")
+		return len(in) == 1 && in[0].Node == "b" && in[0].Datacenter == "dc9"
+	})
+	testenv.Eventually(t, wait, "four requests", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(indexes) == 4
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"", "100", "", "7"}; !slices.Equal(indexes, want) {
+		t.Errorf("indexes waited on %q, want %q", indexes, want)
+	}
+}
+
+// scripted fails or succeeds as told, noting when it was called, then
+// blocks until its context ends.
+type scripted struct {
+	script []error
+	calls  []time.Time
+	done   chan struct{} // closed when the script has run
+}
+
+func (f *scripted) fetch(ctx context.Context) (model.Result, error) {
+	f.calls = append(f.calls, time.Now())
+	if i := len(f.calls) - 1; i < len(f.script) {
+		return model.Result{Catalog: &model.Catalog{}}, f.script[i]
+	}
+	close(f.done)
+	<-ctx.Done()
+	return model.Result{}, ctx.Err()
+}
+
+func TestRetriesBackOffExponentiallyAndResetOnSuccess(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src, err := New(Config{API: &api.Config{Address: "127.0.0.1:1"}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fail := errors.New("refused")
+		script := slices.Repeat([]error{fail}, 10) // 250ms·2⁹ passes the 30s cap
+		script = append(script, nil, fail, fail)
+		f := &scripted{script: script, done: make(chan struct{})}
+		ctx, cancel := context.WithCancel(t.Context())
+		w := &watch{q: model.LocalCatalog, cancel: cancel, f: f}
+		src.mu.Lock()
+		src.watches[w.q] = w
+		src.mu.Unlock()
+		src.wg.Go(func() { src.runWatch(ctx, w) })
+		<-f.done // the fake clock runs while everything waits
+		if src.Status().Up || len(f.calls) != len(script)+1 {
+			t.Fatalf("status %+v after %d calls", src.Status(), len(f.calls))
+		}
+		cancel()
+		src.wg.Wait()
+
+		bound := func(attempt int) time.Duration { return min(250*time.Millisecond<<attempt, 30*time.Second) }
+		expect := []time.Duration{}
+		for i := range 10 {
+			expect = append(expect, bound(i))
+		}
+		expect = append(expect, 0, bound(0), bound(1)) // after the success: minInterval, then from the start
+		for i, want := range expect {
+			gap := f.calls[i+1].Sub(f.calls[i])
+			if want == 0 {
+				if gap != minInterval {
+					t.Errorf("after the success: %s, want %s", gap, minInterval)
+				}
+				continue
+			}
+			if gap < want/2 || gap > want {
+				t.Errorf("retry %d after %s, want between %s and %s", i, gap, want/2, want)
+			}
+		}
+	})
+}
