@@ -76,8 +76,8 @@ import (
 	"github.com/seamless-lb/seamless/entrypoint/model"
 )
 
-// SourceName is the source's name in snapshots, instances and status.
-const SourceName = "file"
+// Name is the source's name in snapshots, instances and status.
+const Name = "file"
 
 // Config configures the source.
 type Config struct {
@@ -143,13 +143,13 @@ func New(cfg Config, log *slog.Logger) (*Source, error) {
 	}
 	return &Source{
 		dir: dir, rescan: cfg.Rescan,
-		log:    log.With("component", "discovery", "source", SourceName),
-		status: model.SourceStatus{Name: SourceName},
+		log:    log.With("component", "discovery", "source", Name),
+		status: model.SourceStatus{Name: Name},
 	}, nil
 }
 
 // Name returns "file".
-func (s *Source) Name() string { return SourceName }
+func (s *Source) Name() string { return Name }
 
 // Status says whether the last read of the directory was clean.
 func (s *Source) Status() model.SourceStatus {
@@ -235,7 +235,7 @@ func (s *Source) Run(ctx context.Context, out chan<- model.Snapshot) {
 		if sent != nil && reflect.DeepEqual(cat, sent) {
 			pending = nil // the reader has it already
 		} else {
-			pending = &model.Snapshot{Source: SourceName, Results: map[model.Query]model.Result{model.LocalCatalog: {Catalog: cat}}}
+			pending = &model.Snapshot{Source: Name, Results: map[model.Query]model.Result{model.LocalCatalog: {Catalog: cat}}}
 		}
 	}
 }

@@ -98,7 +98,7 @@ func yamlSyntaxError(file string, data []byte, err error) error {
 	line, msg := splitYAMLError(err)
 	budget := searchBudget
 	lines := bytes.SplitAfter(data, []byte("\n"))
-	n := 0 // bytes in lines[:i]
+	n := 0 // bytes in lines[:i+1]
 	for i, l := range lines {
 		n += len(l)
 		if i+1 < line {

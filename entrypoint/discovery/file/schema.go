@@ -251,7 +251,7 @@ func (s *schema) service(root *yaml.Node) (*service, error) {
 // instance checks the i-th (1-based) instance; it returns the line of its
 // mapping.
 func (s *schema) instance(n *yaml.Node, i int) (model.Instance, int, error) {
-	in := model.Instance{Source: SourceName, Status: model.StatusPassing}
+	in := model.Instance{Source: Name, Status: model.StatusPassing}
 	var hasAddress, hasPort bool
 	r, err := s.resolve(n)
 	if err != nil {
