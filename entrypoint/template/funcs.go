@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"text/template"
 
 	"github.com/Masterminds/sprig/v3"
@@ -93,56 +94,64 @@ func init() {
 	}
 }
 
-// funcMap returns every function a template may call, bound to r. Parse
-// uses the same map, so names can never drift between check and render.
-func (r *render) funcMap() template.FuncMap {
+// staticFuncs are the functions that depend on nothing but their
+// arguments: sprig's, the helpers, the HAProxy helpers and the stubs of
+// unsupported functions (Parse refuses templates calling those, the stubs
+// only let text/template parse them so that the error can name the line).
+var staticFuncs = sync.OnceValue(func() template.FuncMap {
 	fm := template.FuncMap{}
 	for name, fn := range sprig.TxtFuncMap() {
 		if _, impure := impureSprig[name]; !impure {
 			fm["sprig_"+name] = fn
 		}
 	}
-	fm["sprig_env"] = r.env
-	fm["sprig_expandenv"] = func(s string) string { return os.Expand(s, r.env) }
-	fm["sprig_now"] = func() any { return r.t.opts.Now }
 	for name := range unsupported {
 		fm[name] = func(...any) (string, error) {
 			return "", fmt.Errorf("%s: %w", name, ErrUnsupported)
 		}
 	}
-
-	// Consul and the merged catalog.
-	fm["datacenters"] = r.datacenters
-	fm["key"] = r.key
-	fm["keyExists"] = r.keyExists
-	fm["keyOrDefault"] = r.keyOrDefault
-	fm["ls"] = func(s string) ([]*KeyPair, error) { return r.list(s, "ls", false, false) }
-	fm["safeLs"] = func(s string) ([]*KeyPair, error) { return r.list(s, "safeLs", false, true) }
-	fm["tree"] = func(s string) ([]*KeyPair, error) { return r.list(s, "tree", true, false) }
-	fm["safeTree"] = func(s string) ([]*KeyPair, error) { return r.list(s, "safeTree", true, true) }
-	fm["node"] = r.node
-	fm["nodes"] = r.nodes
-	fm["service"] = r.service
-	fm["services"] = r.services
-
-	// Local reads.
-	fm["file"] = r.file
-	fm["env"] = func(s string) string { return r.env(s) }
-	fm["mustEnv"] = r.mustEnv
-	fm["envOrDefault"] = r.envOrDefault
-	fm["executeTemplate"] = r.executeTemplate
-	fm["timestamp"] = r.timestamp
-	fm["scratch"] = func() *Scratch { return &r.scratch }
-
 	for name, fn := range helperFuncs {
 		fm[name] = fn
 	}
 	for name, fn := range haproxyFuncs {
 		fm[name] = fn
 	}
-	fm["skip"] = r.skip
 	fm["validServiceName"] = ValidServiceName
 	return fm
+})
+
+// boundFuncs are the functions bound to one render: they read its State,
+// record its queries, or use its options, scratchpad and template.
+func (r *render) boundFuncs() template.FuncMap {
+	return template.FuncMap{
+		"sprig_env":       r.env,
+		"sprig_expandenv": func(s string) string { return os.Expand(s, r.env) },
+		"sprig_now":       func() any { return r.t.opts.Now },
+
+		// Consul and the merged catalog.
+		"datacenters":  r.datacenters,
+		"key":          r.key,
+		"keyExists":    r.keyExists,
+		"keyOrDefault": r.keyOrDefault,
+		"ls":           func(s string) ([]*KeyPair, error) { return r.list(s, "ls", false, false) },
+		"safeLs":       func(s string) ([]*KeyPair, error) { return r.list(s, "safeLs", false, true) },
+		"tree":         func(s string) ([]*KeyPair, error) { return r.list(s, "tree", true, false) },
+		"safeTree":     func(s string) ([]*KeyPair, error) { return r.list(s, "safeTree", true, true) },
+		"node":         r.node,
+		"nodes":        r.nodes,
+		"service":      r.service,
+		"services":     r.services,
+
+		// Local reads.
+		"file":            r.file,
+		"env":             func(s string) string { return r.env(s) },
+		"mustEnv":         r.mustEnv,
+		"envOrDefault":    r.envOrDefault,
+		"executeTemplate": r.executeTemplate,
+		"timestamp":       r.timestamp,
+		"scratch":         func() *Scratch { return &r.scratch },
+		"skip":            r.skip,
+	}
 }
 
 func (r *render) env(name string) string {

@@ -86,9 +86,11 @@ type Options struct {
 // immutable: Render may be called from several goroutines.
 type Template struct {
 	path   string
-	text   string
 	opts   Options
 	health []string
+	// base is the parsed template; every render executes a clone of it
+	// with the functions bound to that render.
+	base *template.Template
 }
 
 var _ model.Renderer = (*Template)(nil)
@@ -127,34 +129,36 @@ func parseText(path, text string, opts Options) (*Template, error) {
 	if err != nil {
 		return nil, fmt.Errorf("template: default health filter: %w", err)
 	}
-	t := &Template{path: path, text: text, opts: opts, health: health}
-	tmpl, err := t.newTemplate(&render{t: t})
-	if err != nil {
+	t := &Template{path: path, opts: opts, health: health}
+	base := template.New(path).Delims(opts.LeftDelim, opts.RightDelim)
+	if opts.ErrOnMissingKey {
+		base.Option("missingkey=error")
+	} else {
+		base.Option("missingkey=zero")
+	}
+	base.Funcs(staticFuncs()).Funcs((&render{t: t}).boundFuncs())
+	if _, err := base.Parse(text); err != nil {
 		return nil, err
 	}
-	if err := t.check(tmpl); err != nil {
+	if err := t.check(base); err != nil {
 		return nil, err
 	}
+	t.base = base
 	return t, nil
 }
 
 // Path is the file the template was read from.
 func (t *Template) Path() string { return t.path }
 
-// newTemplate parses the text with the functions bound to r.
+// newTemplate returns a copy of the parsed template whose functions are
+// bound to r.
 func (t *Template) newTemplate(r *render) (*template.Template, error) {
-	tmpl := template.New(t.path).Delims(t.opts.LeftDelim, t.opts.RightDelim)
-	if t.opts.ErrOnMissingKey {
-		tmpl.Option("missingkey=error")
-	} else {
-		tmpl.Option("missingkey=zero")
-	}
-	r.tmpl = tmpl
-	tmpl.Funcs(r.funcMap())
-	if _, err := tmpl.Parse(t.text); err != nil {
+	tmpl, err := t.base.Clone()
+	if err != nil {
 		return nil, err
 	}
-	return tmpl, nil
+	r.tmpl = tmpl
+	return tmpl.Funcs(r.boundFuncs()), nil
 }
 
 // Render executes the template against st. It records every query the

@@ -397,3 +397,53 @@ func TestFileIsReadAtEveryRender(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkRenderClassic(b *testing.B) {
+	tmpl, err := Parse("testdata/classic.tmpl", testOptions())
+	if err != nil {
+		b.Fatal(err)
+	}
+	st := testState()
+	for b.Loop() {
+		if _, err := tmpl.Render(st); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func TestErrOnMissingKey(t *testing.T) {
+	const text = `{{with index (service "web") 0}}[{{.ServiceMeta.nope}}]{{end}}`
+	r, err := renderText(t, "m.tmpl", text, testOptions(), testState())
+	if err != nil || string(r.Config) != "[]" {
+		t.Fatalf("default: %q, %v; want the zero value", r.Config, err)
+	}
+	opts := testOptions()
+	opts.ErrOnMissingKey = true
+	if _, err := renderText(t, "m.tmpl", text, opts, testState()); err == nil || !strings.Contains(err.Error(), `map has no entry for key "nope"`) {
+		t.Fatalf("with ErrOnMissingKey: %v", err)
+	}
+}
+
+func TestConcurrentRendersShareNothing(t *testing.T) {
+	tmpl, err := parseText("c.tmpl", `{{scratch.Set "x" (len (service "web"))}}{{scratch.Get "x"}}{{range ls "service/haproxy/timeouts"}}{{.Key}}{{end}}`, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := testState()
+	done := make(chan string)
+	for range 8 {
+		go func() {
+			r, err := tmpl.Render(st)
+			if err != nil {
+				done <- err.Error()
+				return
+			}
+			done <- string(r.Config)
+		}()
+	}
+	for range 8 {
+		if got := <-done; got != "2clientconnectserver" {
+			t.Errorf("got %q", got)
+		}
+	}
+}

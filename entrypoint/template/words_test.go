@@ -68,7 +68,7 @@ loop:
 					i++
 				}
 			case 'x':
-				if i+3 >= len(line)+0 || !isHex(line[i+2]) || !isHex(line[i+3]) {
+				if i+3 >= len(line) || !isHex(line[i+2]) || !isHex(line[i+3]) {
 					return nil, errors.New("truncated or invalid hexadecimal sequence")
 				}
 				v, _ := strconv.ParseUint(line[i+2:i+4], 16, 8)
