@@ -121,7 +121,13 @@ func renderText(t *testing.T, name, text string, opts Options, st model.State) (
 // golden compares got with testdata/name.cfg, or rewrites it with -update.
 func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name+".cfg")
+	goldenFile(t, name+".cfg", got)
+}
+
+// goldenFile compares got with testdata/file, or rewrites it with -update.
+func goldenFile(t *testing.T, file string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", file)
 	if *update {
 		if err := os.WriteFile(path, got, 0o644); err != nil {
 			t.Fatal(err)
