@@ -1,25 +1,18 @@
 package template
 
 import (
-	"bytes"
-	"crypto/hmac"
 	"crypto/md5"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"iter"
 	"reflect"
 	"regexp"
-	"slices"
-	"strconv"
 	"strings"
 	"unicode"
 
 	"dario.cat/mergo"
-	yaml2 "go.yaml.in/yaml/v2"
-	yaml3 "go.yaml.in/yaml/v3"
 )
 
 // helperFuncs are consul-template's helpers that need nothing but their
@@ -81,129 +74,6 @@ var helperFuncs = map[string]any{
 	"modulo":   func(b, a any) (any, error) { return arith("modulo", a, b) },
 	"minimum":  func(b, a any) (any, error) { return extremum("minimum", a, b) },
 	"maximum":  func(b, a any) (any, error) { return extremum("maximum", a, b) },
-}
-
-func base64Decode(s string) (string, error) {
-	b, err := base64.StdEncoding.DecodeString(s)
-	if err != nil {
-		return "", fmt.Errorf("base64Decode: %w", err)
-	}
-	return string(b), nil
-}
-
-func base64URLDecode(s string) (string, error) {
-	b, err := base64.URLEncoding.DecodeString(s)
-	if err != nil {
-		return "", fmt.Errorf("base64URLDecode: %w", err)
-	}
-	return string(b), nil
-}
-
-func hmacSHA256Hex(message, key string) string {
-	h := hmac.New(sha256.New, []byte(key))
-	h.Write([]byte(message))
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-// byKey groups pairs by the first segment of their key, which it strips;
-// pairs with nothing after it are left out.
-func byKey(pairs []*KeyPair) map[string]map[string]*KeyPair {
-	m := map[string]map[string]*KeyPair{}
-	for _, p := range pairs {
-		top, rest, _ := strings.Cut(p.Key, "/")
-		if rest == "" {
-			continue
-		}
-		if m[top] == nil {
-			m[top] = map[string]*KeyPair{}
-		}
-		cp := *p
-		cp.Key = rest
-		m[top][rest] = &cp
-	}
-	return m
-}
-
-// byTag groups services (from service, services or node) by tag.
-func byTag(v any) (map[string][]any, error) {
-	m := map[string][]any{}
-	switch list := v.(type) {
-	case nil:
-	case []*HealthService:
-		for _, s := range list {
-			for _, t := range s.Tags {
-				m[t] = append(m[t], s)
-			}
-		}
-	case []*CatalogSnippet:
-		for _, s := range list {
-			for _, t := range s.Tags {
-				m[t] = append(m[t], s)
-			}
-		}
-	case []*CatalogNodeService:
-		for _, s := range list {
-			for _, t := range s.Tags {
-				m[t] = append(m[t], s)
-			}
-		}
-	default:
-		return nil, fmt.Errorf("byTag: wrong argument type %T", v)
-	}
-	return m, nil
-}
-
-// byPort groups instances by port.
-func byPort(v any) (map[int][]any, error) {
-	m := map[int][]any{}
-	switch list := v.(type) {
-	case nil:
-	case []*HealthService:
-		for _, s := range list {
-			m[s.Port] = append(m[s.Port], s)
-		}
-	case []*CatalogNodeService:
-		for _, s := range list {
-			m[s.Port] = append(m[s.Port], s)
-		}
-	default:
-		return nil, fmt.Errorf("byPort: wrong argument type %T", v)
-	}
-	return m, nil
-}
-
-var metaUnsafe = regexp.MustCompile(`[^a-zA-Z0-9_-]`)
-
-// byMeta groups instances by the values of comma-separated meta keys,
-// joined by "_"; a key suffixed "|int" is zero-padded to five digits so
-// that groups sort numerically.
-func byMeta(keys string, services []*HealthService) (map[string][]*HealthService, error) {
-	groups := map[string][]*HealthService{}
-	metas := strings.Split(keys, ",")
-	for _, s := range services {
-		parts := make([]string, 0, len(metas))
-		for _, k := range metas {
-			name, isInt := strings.CutSuffix(k, "|int")
-			v := s.ServiceMeta[name]
-			switch {
-			case isInt:
-				if v == "" {
-					v = "0"
-				}
-				n, err := strconv.Atoi(v)
-				if err != nil {
-					return nil, fmt.Errorf("byMeta: cannot parse %q as a number: %w", v, err)
-				}
-				v = fmt.Sprintf("%05d", n)
-			case v == "":
-				v = "_no_" + name + "_"
-			}
-			parts = append(parts, metaUnsafe.ReplaceAllString(v, "_"))
-		}
-		key := strings.Join(parts, "_")
-		groups[key] = append(groups[key], s)
-	}
-	return groups, nil
 }
 
 // in reports whether needle is in list: an element of a slice or array
@@ -277,63 +147,6 @@ func containsFunc(all, negate bool) func(needles, haystack any) (bool, error) {
 		}
 		return all, nil
 	}
-}
-
-// explode turns pairs into nested maps, one level per key segment.
-func explode(pairs []*KeyPair) (map[string]any, error) {
-	m := map[string]any{}
-	for _, p := range pairs {
-		if err := explodeInto(m, p.Key, p.Value, p.Key); err != nil {
-			return nil, fmt.Errorf("explode: %w", err)
-		}
-	}
-	return m, nil
-}
-
-// explodeMap turns a flat map with "/"-separated keys into nested maps.
-func explodeMap(in map[string]any) (map[string]any, error) {
-	m := map[string]any{}
-	keys := make([]string, 0, len(in))
-	for k := range in {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		if err := explodeInto(m, k, in[k], k); err != nil {
-			return nil, fmt.Errorf("explodeMap: %w", err)
-		}
-	}
-	return m, nil
-}
-
-func explodeInto(m map[string]any, k string, v any, full string) error {
-	top, rest, nested := strings.Cut(k, "/")
-	if !nested {
-		if k != "" {
-			m[k] = v
-		}
-		return nil
-	}
-	if _, ok := m[top]; !ok {
-		m[top] = map[string]any{}
-	}
-	sub, ok := m[top].(map[string]any)
-	if !ok {
-		return fmt.Errorf("not a map: %q: %q already has value %q", full, top, m[top])
-	}
-	return explodeInto(sub, rest, v, k)
-}
-
-// mergeMap merges src into dst (dst wins unless an option says otherwise),
-// deeply, as consul-template does with mergo.
-func mergeMap(dst, src map[string]any, opts ...func(*mergo.Config)) (map[string]any, error) {
-	if dst == nil {
-		dst = map[string]any{}
-	}
-	if err := mergo.Map(&dst, src, opts...); err != nil {
-		return nil, err
-	}
-	return dst, nil
 }
 
 // indent prefixes every non-empty line with n spaces.
@@ -438,77 +251,6 @@ func splitToMap(sep1, sep2, s string) map[string]string {
 	return m
 }
 
-// The parse* helpers read "" as the zero value, as consul-template does
-// for a key that is not fetched yet.
-
-func parseBool(s string) (bool, error) {
-	if s == "" {
-		return false, nil
-	}
-	b, err := strconv.ParseBool(s)
-	if err != nil {
-		return false, fmt.Errorf("parseBool: %w", err)
-	}
-	return b, nil
-}
-
-func parseFloat(s string) (float64, error) {
-	if s == "" {
-		return 0, nil
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parseFloat: %w", err)
-	}
-	return f, nil
-}
-
-func parseInt(s string) (int64, error) {
-	if s == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parseInt: %w", err)
-	}
-	return n, nil
-}
-
-func parseUint(s string) (uint64, error) {
-	if s == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parseUint: %w", err)
-	}
-	return n, nil
-}
-
-func parseJSON(s string) (any, error) {
-	if s == "" {
-		return map[string]any{}, nil
-	}
-	var v any
-	if err := json.Unmarshal([]byte(s), &v); err != nil {
-		return nil, fmt.Errorf("parseJSON: %w", err)
-	}
-	return v, nil
-}
-
-// parseYAML decodes with string-keyed maps (consul-template's YAML library
-// yields interface-keyed ones, which toJSON cannot encode).
-func parseYAML(s string) (any, error) {
-	if s == "" {
-		return map[string]any{}, nil
-	}
-	var v any
-	if err := yaml3.Unmarshal([]byte(s), &v); err != nil {
-		return nil, fmt.Errorf("parseYAML: %w", err)
-	}
-	return v, nil
-}
-
 func regexMatch(re, s string) (bool, error) {
 	c, err := regexp.Compile(re)
 	if err != nil {
@@ -523,43 +265,6 @@ func regexReplaceAll(re, repl, s string) (string, error) {
 		return "", err
 	}
 	return c.ReplaceAllString(s, repl), nil
-}
-
-func toJSON(v any) (string, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return "", fmt.Errorf("toJSON: %w", err)
-	}
-	return string(bytes.TrimSpace(b)), nil
-}
-
-func toJSONPretty(v any) (string, error) {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return "", fmt.Errorf("toJSONPretty: %w", err)
-	}
-	return string(bytes.TrimSpace(b)), nil
-}
-
-func unescapedJSON(v any, indent string) (string, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", indent)
-	if err := enc.Encode(v); err != nil {
-		return "", fmt.Errorf("toUnescapedJSON: %w", err)
-	}
-	return strings.TrimRight(b.String(), "\r\n"), nil
-}
-
-// toYAML encodes as consul-template does (the yaml.v2 layout: two-space
-// indentation, sequences not indented under their key).
-func toYAML(v any) (string, error) {
-	b, err := yaml2.Marshal(v)
-	if err != nil {
-		return "", fmt.Errorf("toYAML: %w", err)
-	}
-	return string(bytes.TrimSpace(b)), nil
 }
 
 // toTitle upper-cases the first letter of every word and leaves the rest

@@ -163,10 +163,11 @@ func (t *Template) newTemplate(r *render) (*template.Template, error) {
 
 // Render executes the template against st. It records every query the
 // template asked for and those st has no answer for yet; when some are
-// missing, the rendering must not be applied (Config holds what the
-// template rendered from zero values, as consul-template's first pass).
-// An execution error while queries are missing is not returned: it most
-// likely comes from the zero values and the caller renders again anyway.
+// missing, the rendering must not be applied: Config holds what the
+// template rendered from zero values, as consul-template's first pass. An
+// execution error while queries are missing is not returned (Config is
+// then empty): it most likely comes from the zero values, and the caller
+// renders again once they are fetched, which may reveal further queries.
 func (t *Template) Render(st model.State) (model.Rendering, error) {
 	r := &render{
 		t:       t,

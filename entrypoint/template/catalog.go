@@ -1,0 +1,233 @@
+package template
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+)
+
+// catalog returns the catalog of dc ("" = the merged local one), or false
+// when the state has no answer yet.
+func (r *render) catalog(dc string) (*model.Catalog, bool) {
+	q := model.LocalCatalog
+	if dc != "" {
+		q = model.Query{Kind: model.QueryCatalog, Datacenter: dc}
+	}
+	res, ok := r.result(q)
+	if !ok {
+		return nil, false
+	}
+	if res.Catalog == nil {
+		return &model.Catalog{Datacenter: dc}, true
+	}
+	return res.Catalog, true
+}
+
+// service implements `service "[tag.]name[@dc][~near][|filter]" ["filter"]`.
+// Instances come sorted by node, then ID, as consul-template sorts them;
+// "~near" is accepted but changes nothing, seamless has no network
+// coordinates.
+func (r *render) service(args ...string) ([]*HealthService, error) {
+	out := []*HealthService{}
+	if len(args) == 0 || args[0] == "" {
+		return out, nil
+	}
+	q, err := parseServiceQuery(strings.Join(args, "|"), r.t.health)
+	if err != nil {
+		return nil, err
+	}
+	cat, ok := r.catalog(q.dc)
+	if !ok {
+		return out, nil
+	}
+	for i := range cat.Instances {
+		in := &cat.Instances[i]
+		if in.Name != q.name || (q.tag != "" && !slices.Contains(in.Tags, q.tag)) || !model.HealthFilter(q.filter, in.Status) {
+			continue
+		}
+		out = append(out, newHealthService(in, cmp.Or(in.Datacenter, cat.Datacenter, q.dc)))
+	}
+	slices.SortStableFunc(out, func(a, b *HealthService) int {
+		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID))
+	})
+	return out, nil
+}
+
+func newHealthService(in *model.Instance, dc string) *HealthService {
+	hs := &HealthService{
+		Node:                   in.Node,
+		NodeID:                 in.NodeID,
+		Kind:                   in.Kind,
+		NodeAddress:            in.NodeAddress,
+		NodeDatacenter:         dc,
+		NodeTaggedAddresses:    cloneMap(in.NodeTaggedAddresses),
+		NodeMeta:               cloneMap(in.NodeMeta),
+		ServiceMeta:            cloneMap(in.Meta),
+		Address:                in.Address,
+		ServiceTaggedAddresses: map[string]ServiceAddress{},
+		ID:                     in.ID,
+		Name:                   in.Name,
+		Tags:                   sortedTags(in.Tags),
+		Status:                 in.Status,
+		Port:                   in.Port,
+		Weights:                Weights{Passing: cmp.Or(in.Weight, 1), Warning: cmp.Or(in.WarningWeight, 1)},
+		Namespace:              in.Namespace,
+		Source:                 in.Source,
+		Checks:                 HealthChecks{},
+	}
+	for k, v := range in.TaggedAddresses {
+		hs.ServiceTaggedAddresses[k] = splitTaggedAddress(v)
+	}
+	for _, c := range in.Checks {
+		hs.Checks = append(hs.Checks, &HealthCheck{
+			Node: c.Node, CheckID: c.CheckID, Name: c.Name, Status: c.Status,
+			Notes: c.Notes, Output: c.Output, ServiceID: c.ServiceID, ServiceName: c.ServiceName,
+		})
+	}
+	return hs
+}
+
+// splitTaggedAddress reads "host:port" (the model keeps tagged addresses
+// as strings); a value without a port is all address.
+func splitTaggedAddress(v string) ServiceAddress {
+	host, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return ServiceAddress{Address: v}
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return ServiceAddress{Address: v}
+	}
+	return ServiceAddress{Address: host, Port: p}
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return maps.Clone(m)
+}
+
+func sortedTags(tags []string) ServiceTags {
+	out := make(ServiceTags, len(tags))
+	copy(out, tags)
+	slices.Sort(out)
+	return out
+}
+
+// services implements `services ["@dc"]`: every service of the catalog
+// whatever its health, sorted by name, with the sorted union of its
+// instances' tags.
+func (r *render) services(args ...string) ([]*CatalogSnippet, error) {
+	out := []*CatalogSnippet{}
+	dc, err := parseServicesQuery(strings.Join(args, ""))
+	if err != nil {
+		return nil, err
+	}
+	cat, ok := r.catalog(dc)
+	if !ok {
+		return out, nil
+	}
+	tags := map[string]map[string]bool{}
+	for _, in := range cat.Instances {
+		if tags[in.Name] == nil {
+			tags[in.Name] = map[string]bool{}
+		}
+		for _, t := range in.Tags {
+			tags[in.Name][t] = true
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(tags)) {
+		out = append(out, &CatalogSnippet{Name: name, Tags: ServiceTags(slices.Sorted(maps.Keys(tags[name])))})
+	}
+	return out, nil
+}
+
+// nodes implements `nodes ["@dc[~near]"]`, sorted by name, then address.
+func (r *render) nodes(args ...string) ([]*Node, error) {
+	out := []*Node{}
+	dc, err := parseNodesQuery(strings.Join(args, ""))
+	if err != nil {
+		return nil, err
+	}
+	cat, ok := r.catalog(dc)
+	if !ok {
+		return out, nil
+	}
+	for i := range cat.Nodes {
+		out = append(out, newNode(&cat.Nodes[i], cmp.Or(cat.Datacenter, dc)))
+	}
+	slices.SortStableFunc(out, func(a, b *Node) int {
+		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.Address, b.Address))
+	})
+	return out, nil
+}
+
+func newNode(n *model.Node, dc string) *Node {
+	return &Node{
+		ID: n.ID, Node: n.Name, Address: n.Address, Datacenter: cmp.Or(n.Datacenter, dc),
+		TaggedAddresses: cloneMap(n.TaggedAddresses), Meta: cloneMap(n.Meta),
+	}
+}
+
+// node implements `node ["name"] ["@dc"]`: the node and its instances
+// (sorted by service, then ID), or nil when the catalog has no such node.
+// Without a name it is Options.NodeName.
+func (r *render) node(args ...string) (*CatalogNode, error) {
+	q, err := parseNodeQuery(strings.Join(args, ""))
+	if err != nil {
+		return nil, err
+	}
+	name := cmp.Or(q.name, r.t.opts.NodeName)
+	cat, ok := r.catalog(q.dc)
+	if !ok {
+		return nil, nil
+	}
+	i := slices.IndexFunc(cat.Nodes, func(n model.Node) bool { return n.Name == name })
+	if i < 0 {
+		return nil, nil
+	}
+	cn := &CatalogNode{Node: newNode(&cat.Nodes[i], cmp.Or(cat.Datacenter, q.dc)), Services: []*CatalogNodeService{}}
+	for _, in := range cat.Instances {
+		if in.Node != name {
+			continue
+		}
+		cn.Services = append(cn.Services, &CatalogNodeService{
+			ID: in.ID, Service: in.Name, Tags: sortedTags(in.Tags), Meta: cloneMap(in.Meta),
+			Port: in.Port, Address: in.Address,
+		})
+	}
+	slices.SortStableFunc(cn.Services, func(a, b *CatalogNodeService) int {
+		return cmp.Or(cmp.Compare(a.Service, b.Service), cmp.Compare(a.ID, b.ID))
+	})
+	return cn, nil
+}
+
+// DatacentersIgnoreInaccessible is the Key of the QueryDatacenters query
+// `datacenters true` asks for: only datacenters that answer.
+const DatacentersIgnoreInaccessible = "ignore-inaccessible"
+
+// datacenters implements `datacenters [ignoreInaccessible]`, sorted.
+func (r *render) datacenters(ignore ...bool) ([]string, error) {
+	q := model.Query{Kind: model.QueryDatacenters}
+	switch len(ignore) {
+	case 0:
+	case 1:
+		if ignore[0] {
+			q.Key = DatacentersIgnoreInaccessible
+		}
+	default:
+		return nil, fmt.Errorf("datacenters: wrong number of arguments, expected 0 or 1, but got %d", len(ignore))
+	}
+	res, ok := r.result(q)
+	if !ok {
+		return []string{}, nil
+	}
+	return slices.Sorted(slices.Values(res.Datacenters)), nil
+}
