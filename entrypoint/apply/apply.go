@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -25,7 +26,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/seamless-lb/seamless/entrypoint/haproxy"
 	"github.com/seamless-lb/seamless/entrypoint/metrics"
 	"github.com/seamless-lb/seamless/entrypoint/model"
 	"github.com/seamless-lb/seamless/entrypoint/reload"
@@ -131,14 +131,35 @@ func (a *Applier) Statuses() []model.SourceStatus {
 // incomplete and Path holds an earlier configuration, that one is kept.
 // The sources run until ctx ends; Wait waits for them.
 func (a *Applier) Start(ctx context.Context) error {
-	r, err := a.opts.NewRenderer()
-	if err != nil {
-		return err
-	}
-	a.renderer = r
 	if b, err := os.ReadFile(a.opts.Path); err == nil {
 		a.running = b
 	}
+	complete, err := a.gather(ctx)
+	if err != nil {
+		return err
+	}
+	return a.first(ctx, complete)
+}
+
+// Render gathers like Start and returns the rendering without writing
+// anything (`seamless render`, `seamless check`). Cancel ctx afterwards to
+// stop the sources.
+func (a *Applier) Render(ctx context.Context) (model.Rendering, error) {
+	if _, err := a.gather(ctx); err != nil {
+		return model.Rendering{}, err
+	}
+	return a.renderer.Render(a.state())
+}
+
+// gather starts the sources and collects their first snapshots until the
+// rendering is complete or StartTimeout passes; then it fills in what is
+// missing from disk.
+func (a *Applier) gather(ctx context.Context) (complete bool, err error) {
+	r, err := a.opts.NewRenderer()
+	if err != nil {
+		return false, err
+	}
+	a.renderer = r
 	// A first rendering over nothing says what the template asks for, so
 	// that Consul fetches exactly that from its first request.
 	if rend, err := a.renderer.Render(model.Merge(nil, nil)); err == nil {
@@ -147,7 +168,6 @@ func (a *Applier) Start(ctx context.Context) error {
 	for _, s := range a.opts.Sources {
 		a.wg.Go(func() { s.Run(ctx, a.in) })
 	}
-
 	deadline := time.NewTimer(a.opts.StartTimeout)
 	defer deadline.Stop()
 	for !a.complete() {
@@ -156,12 +176,12 @@ func (a *Applier) Start(ctx context.Context) error {
 			a.take(s)
 		case <-deadline.C:
 			a.fillFromDisk()
-			return a.first(ctx, false)
+			return false, nil
 		case <-ctx.Done():
-			return ctx.Err()
+			return false, ctx.Err()
 		}
 	}
-	return a.first(ctx, true)
+	return true, nil
 }
 
 // Wait returns once every source has returned (after ctx ended).
@@ -265,12 +285,30 @@ func (a *Applier) Run(ctx context.Context) {
 	}
 }
 
-// take records a snapshot and reports whether it changed anything.
+// take records a snapshot and reports whether it changed anything. A
+// query the snapshot does not answer keeps its earlier answer (from this
+// run or from disk): a source that could not reach its backend says
+// nothing about it, and nothing must not render as empty. A snapshot that
+// answers nothing at all is not an answer.
 func (a *Applier) take(s model.Snapshot) bool {
 	a.opts.Metrics.SourceSnapshots.WithLabelValues(s.Source).Inc()
+	if len(s.Results) == 0 {
+		a.log.Debug("source answered nothing yet", "source", s.Source)
+		return false
+	}
 	first := !a.fresh[s.Source]
 	a.fresh[s.Source] = true
-	if old, ok := a.latest[s.Source]; ok && !first && reflect.DeepEqual(old.Results, s.Results) {
+	old, had := a.latest[s.Source]
+	if had {
+		results := maps.Clone(s.Results)
+		for q, r := range old.Results {
+			if _, ok := results[q]; !ok {
+				results[q] = r
+			}
+		}
+		s.Results = results
+	}
+	if had && !first && reflect.DeepEqual(old.Results, s.Results) {
 		return false
 	}
 	a.latest[s.Source] = s
@@ -394,10 +432,6 @@ func (a *Applier) write(ctx context.Context, data []byte) error {
 		return fmt.Errorf("write %s: %w", cand, err)
 	}
 	if err := a.opts.Validate(ctx, cand); err != nil {
-		var ce *haproxy.ConfigError
-		if errors.As(err, &ce) {
-			return fmt.Errorf("haproxy -c: %s", strings.Join(ce.Alerts, "; "))
-		}
 		return err
 	}
 	if err := os.Rename(cand, a.opts.Path); err != nil {

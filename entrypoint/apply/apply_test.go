@@ -338,3 +338,29 @@ func TestNoConfigAtAllIsAnError(t *testing.T) {
 		t.Errorf("a refused configuration was left at %s", r.path)
 	}
 }
+
+func TestASnapshotThatAnswersNothingKeepsTheSavedData(t *testing.T) {
+	dir := t.TempDir()
+	if err := saveSnapshot(dir, model.Snapshot{Source: "consul", Results: map[model.Query]model.Result{
+		model.LocalCatalog: {Catalog: &model.Catalog{Instances: []model.Instance{
+			{Source: "consul", Name: "web", ID: "1", Address: "10.0.0.1", Port: 80, Status: model.StatusPassing}}}},
+	}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	src := newSource("consul")
+	r := newRig(t, dir, lines{}, src)
+	// Consul is down: its first snapshot answers no query.
+	src.ch <- model.Snapshot{Source: "consul"}
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.file(t); got != "server web 10.0.0.1\n" {
+		t.Errorf("file %q, want the saved instance", got)
+	}
+	if _, _, err := loadSnapshot(dir, "consul"); err != nil {
+		t.Errorf("saved snapshot lost: %v", err)
+	}
+	if r.a.Ready() == nil {
+		t.Error("ready although Consul answered nothing")
+	}
+}
