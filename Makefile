@@ -32,9 +32,9 @@ CONSUL_VERSION := 1.14.11
 CONSUL := $(TEST_CACHE)/consul/consul-$(CONSUL_VERSION)
 MATRIX ?= 3.0 3.2
 
-test: deps
+test: deps $(CONSUL)
 	$(GO) vet ./...
-	$(GO) test -p 1 -count=1 -timeout 30m ./...
+	SEAMLESS_CONSUL_BIN=$(CONSUL) $(GO) test -p 1 -count=1 -timeout 30m ./...
 	$(MAKE) test-matrix
 	$(MAKE) test-docker
 

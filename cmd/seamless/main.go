@@ -30,17 +30,24 @@ const usage = `Usage:
   seamless                       run HAProxy with $SEAMLESS_CONFIG
   seamless haproxy ARGS...       run HAProxy with these arguments (-W, -db, -S are added)
   seamless -f FILE ARGS...       the same: arguments starting with '-' are HAProxy's
-  seamless check [ARGS...]       validate the configuration (haproxy -c) and exit
+  seamless check [ARGS...]       validate the configuration (haproxy -c) and exit; with
+                                 discovery, render it from the sources first
+  seamless render                print the configuration discovery would apply now
   seamless health                ask a running seamless's /healthz (exit 0 if healthy)
   seamless env                   list every environment variable with its default
   seamless version               print versions of seamless, Go and HAProxy
 
-Signals: HUP/USR2 reload (validated, serialised, confirmed); TERM/INT drain,
-then stop; others are forwarded to the HAProxy master.
+Discovery: set SEAMLESS_SOURCES (consul, file) and optionally SEAMLESS_TEMPLATE;
+HAProxy then runs the configuration rendered from them (see 'seamless env').
+
+Signals: HUP/USR2 reload (validated, serialised, confirmed; with discovery the
+template is read again first); TERM/INT drain, then stop; others are forwarded
+to the HAProxy master.
 
 Exit codes: HAProxy's own (128+signal if a signal killed it); 2 for a bad
 command line or environment; 'check': 0 valid, 1 invalid, 3 HAProxy could
-not be run; 'health': 0 healthy, 1 not.
+not be run; 'render': 0 complete, 1 template error or data still missing
+after SEAMLESS_DISCOVERY_TIMEOUT; 'health': 0 healthy, 1 not.
 `
 
 // Exit codes of seamless itself.
@@ -83,6 +90,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return check(ctx, cfg, bin, hargs, stdout, stderr, log)
 	case "health":
 		return health(ctx, cfg, stdout, stderr)
+	case "render":
+		return render(ctx, cfg, bin, hargs, false, stdout, stderr, log)
 	default:
 		return serve(ctx, cfg, bin, hargs, log)
 	}
@@ -98,7 +107,7 @@ func command(args []string) (string, []string) {
 		return "help", nil
 	case a == "--version" || a == "version":
 		return "version", nil
-	case a == "env" || a == "check" || a == "health":
+	case a == "env" || a == "check" || a == "health" || a == "render":
 		return a, args[1:]
 	case filepath.Base(a) == "haproxy" || strings.HasPrefix(a, "-"):
 		return "run", args

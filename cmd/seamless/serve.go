@@ -37,10 +37,12 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 	if len(cl.Dropped) > 0 {
 		log.Warn("ignoring haproxy arguments that would defeat supervision", "args", cl.Dropped)
 	}
-	extra, err := writeDefaults(cfg, cl, filepath.Join(cfg.RunDir, "defaults.cfg"), log)
-	if err != nil {
-		log.Error("cannot write defaults file", "err", err)
-		return exitUsage
+	if cfg.Discovery() {
+		if len(cl.ConfigFiles) > 0 {
+			log.Info("discovery mode: HAProxy runs the rendered configuration instead of the files on its command line",
+				"replaced", cl.ConfigFiles)
+		}
+		cl = cl.WithConfig(filepath.Join(cfg.StateDir, renderedName))
 	}
 
 	// The reaper outlives everything else: it must still collect the
@@ -55,6 +57,31 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 	defer func() { stopReaper(); wg.Wait() }()
 
 	m := metrics.New()
+	env := haproxy.CleanEnv(os.Environ())
+	// Discovery writes the file HAProxy starts with, so it starts first;
+	// the reloader it needs exists only later.
+	var rl *reload.Reloader
+	var checker *haproxy.Validator
+	var disc *discovery
+	if cfg.Discovery() {
+		// Until the reloader's validator (with the defaults and the
+		// speed-up) exists, the first file is checked as it is.
+		checker = &haproxy.Validator{Bin: bin, Args: cl.CheckArgs(), Env: env, Run: rp.Output}
+		validate := func(ctx context.Context, cand string) error {
+			return candidateValidator(checker, cl.ConfigFiles[0])(ctx, cand)
+		}
+		disc, err = startDiscovery(ctx, cfg, cl, validate, func() *reload.Reloader { return rl }, m, log)
+		if err != nil {
+			log.Error("discovery cannot start", "err", err)
+			return exitUsage
+		}
+		defer disc.stop()
+	}
+	extra, err := writeDefaults(cfg, cl, filepath.Join(cfg.RunDir, "defaults.cfg"), log)
+	if err != nil {
+		log.Error("cannot write defaults file", "err", err)
+		return exitUsage
+	}
 	tap := haproxy.NewLogTap()
 	tap.OnSocketTransferFailure = func(line string) {
 		m.SocketTransferFailures.Inc()
@@ -62,21 +89,27 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 			"component", "haproxy", "line", line)
 	}
 	cli := haproxy.NewMasterCLI(cl.MasterSocket)
-	env := haproxy.CleanEnv(os.Environ())
 	validator := &haproxy.Validator{Bin: bin, Args: cl.CheckArgs(extra...), Env: env, Run: rp.Output}
 	validator, err = haproxy.WithSpeedup(ctx, validator, cl, extra, filepath.Join(cfg.RunDir, "check-speedup.cfg"))
 	if err != nil {
 		log.Warn("validating at full cost", "err", err)
 	}
-	rl := reload.New(cli, validator, tap, m, log, cfg.ReloadTimeout)
+	checker = validator
+	rl = reload.New(cli, validator, tap, m, log, cfg.ReloadTimeout)
 	opts := supervisor.Options{Bin: bin, Args: cl.RunArgs(extra...), Env: env, StopGrace: cfg.StopGrace, Signals: sigs}
+	ready := func() error { return nil }
+	if disc != nil {
+		opts.OnReload = disc.applier.Reload
+		ready = disc.applier.Ready
+		disc.run()
+	}
 	if cfg.LogFormat == "json" {
 		opts.Output = haproxyLines{log}
 	}
 	sup := supervisor.New(opts, rp, rl, cli, tap, m, log)
 
 	if cfg.StatusAddr != "" {
-		srv, err := status.Listen(cfg.StatusAddr, m.Registry, sup.Healthy, log)
+		srv, err := status.Listen(cfg.StatusAddr, m.Registry, sup.Healthy, ready, log)
 		if err != nil {
 			log.Error("cannot listen on SEAMLESS_STATUS_ADDR", "addr", cfg.StatusAddr, "err", err)
 			return exitUsage
@@ -120,8 +153,12 @@ func writeDefaults(cfg *config.Config, cl *haproxy.CommandLine, path string, log
 	return []string{"-f", path}, nil
 }
 
-// check validates the configuration as serve would load it.
+// check validates the configuration as serve would load it; in discovery
+// mode, the configuration discovery would render now.
 func check(ctx context.Context, cfg *config.Config, bin string, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
+	if cfg.Discovery() {
+		return render(ctx, cfg, bin, args, true, stdout, stderr, log)
+	}
 	cl, err := haproxy.ParseCommandLine(args, filepath.Join(cfg.RunDir, "master.sock"))
 	if err != nil {
 		fmt.Fprintf(stderr, "seamless check: %v\n", err)
@@ -133,6 +170,12 @@ func check(ctx context.Context, cfg *config.Config, bin string, args []string, s
 		return exitNoRun
 	}
 	defer os.RemoveAll(dir)
+	return checkFiles(ctx, cfg, bin, cl, dir, stdout, stderr, log)
+}
+
+// checkFiles runs haproxy -c on cl's files with seamless's defaults, which
+// it writes into dir.
+func checkFiles(ctx context.Context, cfg *config.Config, bin string, cl *haproxy.CommandLine, dir string, stdout, stderr io.Writer, log *slog.Logger) int {
 	extra, err := writeDefaults(cfg, cl, filepath.Join(dir, "defaults.cfg"), log)
 	if err != nil {
 		fmt.Fprintf(stderr, "seamless check: %v\n", err)

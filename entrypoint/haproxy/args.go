@@ -128,3 +128,23 @@ func MasterAddr(s string) (network, addr string) {
 		return "tcp", s
 	}
 }
+
+// WithConfig returns the command line with its configuration files
+// replaced by path: in discovery mode HAProxy runs the rendered file.
+func (cl *CommandLine) WithConfig(path string) *CommandLine {
+	out := *cl
+	out.Args = nil
+	for i := 0; i < len(cl.Args); i++ {
+		switch a := cl.Args[i]; {
+		case a == "--":
+			i = len(cl.Args)
+		case a == "-f" && i+1 < len(cl.Args):
+			i++
+		default:
+			out.Args = append(out.Args, a)
+		}
+	}
+	out.Args = append(out.Args, "-f", path)
+	out.ConfigFiles = []string{path}
+	return &out
+}

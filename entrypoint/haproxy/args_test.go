@@ -2,6 +2,7 @@ package haproxy
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -116,5 +117,19 @@ func TestMasterAddr(t *testing.T) {
 		if n != tt.network || a != tt.addr {
 			t.Errorf("MasterAddr(%q) = %s %s, want %s %s", tt.in, n, a, tt.network, tt.addr)
 		}
+	}
+}
+
+func TestWithConfigReplacesEveryConfigFile(t *testing.T) {
+	cl, err := ParseCommandLine([]string{"-f", "a.cfg", "-L", "me", "-f", "b.cfg", "--", "c.cfg"}, "/run/m.sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cl.WithConfig("/state/haproxy.cfg")
+	if want := []string{"-L", "me", "-f", "/state/haproxy.cfg"}; !slices.Equal(got.Args, want) {
+		t.Errorf("Args %q, want %q", got.Args, want)
+	}
+	if !slices.Equal(got.ConfigFiles, []string{"/state/haproxy.cfg"}) || len(cl.ConfigFiles) != 3 {
+		t.Errorf("ConfigFiles %q (original %q)", got.ConfigFiles, cl.ConfigFiles)
 	}
 }

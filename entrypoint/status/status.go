@@ -1,5 +1,5 @@
-// Package status serves seamless's HTTP endpoints: /healthz for liveness
-// and /metrics for Prometheus.
+// Package status serves seamless's HTTP endpoints: /healthz for liveness,
+// /readyz for readiness and /metrics for Prometheus.
 package status
 
 import (
@@ -24,8 +24,9 @@ type Server struct {
 
 // Listen binds addr now, so that a busy port is an error at start-up rather
 // than a log line later. healthy returns nil when seamless and HAProxy are
-// fine.
-func Listen(addr string, reg *prometheus.Registry, healthy func() error, log *slog.Logger) (*Server, error) {
+// fine; ready, when moreover traffic is served as configured (first
+// discovery done and applied).
+func Listen(addr string, reg *prometheus.Registry, healthy, ready func() error, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -35,15 +36,13 @@ func Listen(addr string, reg *prometheus.Registry, healthy func() error, log *sl
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	mux.HandleFunc("GET /healthz", probe(healthy))
+	mux.HandleFunc("GET /readyz", probe(func() error {
 		if err := healthy(); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintln(w, err)
-			return
+			return err
 		}
-		fmt.Fprintln(w, "ok")
-	})
+		return ready()
+	}))
 	return &Server{
 		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second},
 		ln:  ln,
@@ -67,4 +66,16 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+func probe(check func() error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := check(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, err)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	}
 }

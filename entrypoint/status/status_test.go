@@ -26,10 +26,16 @@ func get(t *testing.T, url string) (int, string) {
 
 func TestEndpoints(t *testing.T) {
 	m := metrics.New()
-	var down atomic.Bool
+	var down, unready atomic.Bool
+	unready.Store(true)
 	srv, err := Listen("127.0.0.1:0", m.Registry, func() error {
 		if down.Load() {
 			return errors.New("haproxy master exited")
+		}
+		return nil
+	}, func() error {
+		if unready.Load() {
+			return errors.New("source consul has not answered yet")
 		}
 		return nil
 	}, nil)
@@ -49,9 +55,19 @@ func TestEndpoints(t *testing.T) {
 	if code, body := get(t, base+"/healthz"); code != 200 || strings.TrimSpace(body) != "ok" {
 		t.Errorf("healthy: %d %q", code, body)
 	}
+	if code, body := get(t, base+"/readyz"); code != 503 || !strings.Contains(body, "consul") {
+		t.Errorf("not ready: %d %q", code, body)
+	}
+	unready.Store(false)
+	if code, body := get(t, base+"/readyz"); code != 200 {
+		t.Errorf("ready: %d %q", code, body)
+	}
 	down.Store(true)
 	if code, body := get(t, base+"/healthz"); code != 503 || !strings.Contains(body, "master exited") {
 		t.Errorf("unhealthy: %d %q", code, body)
+	}
+	if code, body := get(t, base+"/readyz"); code != 503 || !strings.Contains(body, "master exited") {
+		t.Errorf("ready while unhealthy: %d %q", code, body)
 	}
 
 	m.Reloads.WithLabelValues(metrics.Success).Add(3)
@@ -68,12 +84,12 @@ func TestEndpoints(t *testing.T) {
 
 func TestBusyAddressFailsAtStart(t *testing.T) {
 	m := metrics.New()
-	a, err := Listen("127.0.0.1:0", m.Registry, func() error { return nil }, nil)
+	a, err := Listen("127.0.0.1:0", m.Registry, func() error { return nil }, func() error { return nil }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.ln.Close()
-	if _, err := Listen(a.Addr(), m.Registry, func() error { return nil }, nil); err == nil {
+	if _, err := Listen(a.Addr(), m.Registry, func() error { return nil }, func() error { return nil }, nil); err == nil {
 		t.Error("a busy address was accepted")
 	}
 }

@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/seamless-lb/seamless/entrypoint/apply"
+	"github.com/seamless-lb/seamless/entrypoint/config"
+	"github.com/seamless-lb/seamless/entrypoint/discovery/consul"
+	"github.com/seamless-lb/seamless/entrypoint/discovery/file"
+	"github.com/seamless-lb/seamless/entrypoint/haproxy"
+	"github.com/seamless-lb/seamless/entrypoint/metrics"
+	"github.com/seamless-lb/seamless/entrypoint/model"
+	"github.com/seamless-lb/seamless/entrypoint/reload"
+	"github.com/seamless-lb/seamless/entrypoint/routes"
+	"github.com/seamless-lb/seamless/entrypoint/template"
+)
+
+// renderedName is the file HAProxy runs in discovery mode, in
+// SEAMLESS_STATE_DIR.
+const renderedName = "haproxy.cfg"
+
+// newSources builds the discovery sources of SEAMLESS_SOURCES, in order.
+// Their configuration errors surface here, before anything starts.
+func newSources(cfg *config.Config, log *slog.Logger) ([]model.Source, error) {
+	var out []model.Source
+	for _, name := range cfg.SourceList() {
+		switch name {
+		case config.SourceConsul:
+			s, err := consul.New(consul.Config{
+				TagFilter: cfg.ConsulTag, Datacenter: cfg.ConsulDatacenter, Stale: cfg.ConsulStale,
+			}, log)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s)
+		case config.SourceFile:
+			s, err := file.New(file.Config{Dir: cfg.ServicesDir, Rescan: cfg.ServicesRescan}, log)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// rendererFactory returns what builds the renderer: the user's template,
+// parsed again at every call (SIGHUP), or the built-in one.
+func rendererFactory(cfg *config.Config, log *slog.Logger) func() (model.Renderer, error) {
+	health := model.ParseHealth(cfg.ConsulHealth)
+	if cfg.Template != "" {
+		return func() (model.Renderer, error) {
+			return template.Parse(cfg.Template, template.Options{DefaultHealth: health})
+		}
+	}
+	return func() (model.Renderer, error) {
+		return routes.New(routes.Options{HTTPBind: cfg.HTTPBind, StatsBind: cfg.StatsBind, Health: health}, log)
+	}
+}
+
+// discovery is the discovery half of serve: it owns the applier and the
+// sources' lifetime.
+type discovery struct {
+	applier *apply.Applier
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// startDiscovery starts the sources and writes the first configuration to
+// SEAMLESS_STATE_DIR/haproxy.cfg, which cl is pointed at. The reloader is
+// given later, once it exists.
+func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.CommandLine, validate func(context.Context, string) error,
+	reloader func() *reload.Reloader, m *metrics.Metrics, log *slog.Logger) (*discovery, error) {
+	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
+		return nil, fmt.Errorf("SEAMLESS_STATE_DIR: %w", err)
+	}
+	sources, err := newSources(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	a, err := apply.New(apply.Options{
+		Sources:      sources,
+		NewRenderer:  rendererFactory(cfg, log),
+		Path:         cl.ConfigFiles[0],
+		StateDir:     cfg.StateDir,
+		Wait:         cfg.Wait,
+		StartTimeout: cfg.DiscoveryTimeout,
+		Validate:     validate,
+		Reload: func(ctx context.Context, reason string) (reload.Outcome, error) {
+			return reloader().Do(ctx, reason)
+		},
+		Metrics: m,
+		Log:     log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.WatchSources(a.Statuses)
+	// The sources live until discovery is stopped, not until ctx ends:
+	// HAProxy stops last.
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	log.Info("discovery starting", "sources", cfg.SourceList(), "template", templateName(cfg),
+		"config", cl.ConfigFiles[0], "wait", cfg.Wait, "timeout", cfg.DiscoveryTimeout)
+	if err := a.Start(sctx); err != nil {
+		cancel()
+		a.Wait()
+		return nil, err
+	}
+	return &discovery{applier: a, cancel: cancel, done: make(chan struct{})}, nil
+}
+
+// run applies changes until stop.
+func (d *discovery) run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := d.cancel
+	d.cancel = func() { cancel(); stopped() }
+	go func() { defer close(d.done); d.applier.Run(ctx) }()
+}
+
+func (d *discovery) stop() {
+	d.cancel()
+	<-d.done
+	d.applier.Wait()
+}
+
+func templateName(cfg *config.Config) string {
+	if cfg.Template == "" {
+		return "built-in"
+	}
+	return cfg.Template
+}
+
+// candidateValidator checks a candidate file with the arguments HAProxy
+// runs with, the rendered file swapped for the candidate.
+func candidateValidator(v *haproxy.Validator, path string) func(context.Context, string) error {
+	return func(ctx context.Context, cand string) error {
+		c := *v
+		c.Args = slices.Clone(v.Args)
+		for i, a := range c.Args {
+			if a == path {
+				c.Args[i] = cand
+			}
+		}
+		return c.Check(ctx)
+	}
+}
+
+// render prints the configuration discovery would apply now, or, with
+// validate, checks it too (`seamless check` in discovery mode).
+func render(ctx context.Context, cfg *config.Config, bin string, args []string, validate bool, stdout, stderr io.Writer, log *slog.Logger) int {
+	if !cfg.Discovery() {
+		fmt.Fprintln(stderr, "seamless render: no discovery configured (set SEAMLESS_SOURCES or SEAMLESS_TEMPLATE)")
+		return exitUsage
+	}
+	sources, err := newSources(cfg, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "seamless render: %v\n", err)
+		return exitUsage
+	}
+	dir, err := os.MkdirTemp("", "seamless-render-")
+	if err != nil {
+		fmt.Fprintf(stderr, "seamless render: %v\n", err)
+		return exitNoRun
+	}
+	defer os.RemoveAll(dir)
+	// The saved snapshots of a running seamless are read, never written.
+	stateDir := cfg.StateDir
+	if _, err := os.Stat(stateDir); err != nil {
+		stateDir = dir
+	}
+	a, err := apply.New(apply.Options{
+		Sources: sources, NewRenderer: rendererFactory(cfg, log),
+		Path: filepath.Join(dir, renderedName), StateDir: readOnlyDir(stateDir, dir),
+		StartTimeout: cfg.DiscoveryTimeout,
+		Validate:     func(context.Context, string) error { return nil },
+		Reload:       func(context.Context, string) (reload.Outcome, error) { return reload.Outcome{}, nil },
+		Log:          log,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "seamless render: %v\n", err)
+		return exitNoRun
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	rend, err := a.Render(sctx)
+	cancel()
+	a.Wait()
+	if err != nil {
+		fmt.Fprintf(stderr, "seamless render: %v\n", err)
+		return exitInvalid
+	}
+	for _, s := range rend.Skipped {
+		fmt.Fprintf(stderr, "left out: %s\n", s)
+	}
+	if len(rend.Missing) > 0 {
+		fmt.Fprintf(stderr, "seamless render: no answer within SEAMLESS_DISCOVERY_TIMEOUT (%s) for: %s\n", cfg.DiscoveryTimeout, joinQueries(rend.Missing))
+	}
+	if !validate {
+		stdout.Write(rend.Config)
+		if len(rend.Missing) > 0 {
+			return exitInvalid
+		}
+		return 0
+	}
+	path := filepath.Join(dir, renderedName)
+	if err := os.WriteFile(path, rend.Config, 0o640); err != nil {
+		fmt.Fprintf(stderr, "seamless check: %v\n", err)
+		return exitNoRun
+	}
+	cl, err := haproxy.ParseCommandLine(args, filepath.Join(dir, "master.sock"))
+	if err != nil {
+		fmt.Fprintf(stderr, "seamless check: %v\n", err)
+		return exitUsage
+	}
+	return checkFiles(ctx, cfg, bin, cl.WithConfig(path), dir, stdout, stderr, log)
+}
+
+// readOnlyDir keeps `seamless render` from writing into a running
+// seamless's state: snapshots are read from dir, written to scratch.
+func readOnlyDir(dir, scratch string) string {
+	if dir == scratch {
+		return dir
+	}
+	// Copy the saved snapshots so that Render can read them.
+	src := filepath.Join(dir, "sources")
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return scratch
+	}
+	if err := os.MkdirAll(filepath.Join(scratch, "sources"), 0o750); err != nil {
+		return scratch
+	}
+	for _, e := range entries {
+		if b, err := os.ReadFile(filepath.Join(src, e.Name())); err == nil {
+			_ = os.WriteFile(filepath.Join(scratch, "sources", e.Name()), b, 0o640)
+		}
+	}
+	return scratch
+}
+
+func joinQueries(qs []model.Query) string {
+	s := make([]string, len(qs))
+	for i, q := range qs {
+		s[i] = q.String()
+	}
+	return strings.Join(s, ", ")
+}
