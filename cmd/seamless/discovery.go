@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/seamless-lb/seamless/entrypoint/apply"
 	"github.com/seamless-lb/seamless/entrypoint/config"
 	"github.com/seamless-lb/seamless/entrypoint/discovery/consul"
@@ -103,6 +104,14 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 		return nil, err
 	}
 	m.WatchSources(a.Statuses)
+	for _, s := range sources {
+		if c, ok := s.(*consul.Source); ok {
+			m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "seamless_consul_requests_total",
+				Help: "HTTP requests made to Consul (blocking queries count once each): the cost of discovery, independent of the number of unchanged services.",
+			}, func() float64 { return float64(c.Requests()) }))
+		}
+	}
 	// The sources live until discovery is stopped, not until ctx ends:
 	// HAProxy stops last.
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
