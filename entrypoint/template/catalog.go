@@ -26,7 +26,61 @@ func (r *render) catalog(dc string) (*model.Catalog, bool) {
 	if res.Catalog == nil {
 		return &model.Catalog{Datacenter: dc}, true
 	}
-	return res.Catalog, true
+	if c, ok := r.clean[q]; ok {
+		return c, true
+	}
+	c := r.withoutControls(res.Catalog)
+	if r.clean == nil {
+		r.clean = map[model.Query]*model.Catalog{}
+	}
+	r.clean[q] = c
+	return c, true
+}
+
+// withoutControls leaves out every node and instance with a control
+// character (a newline above all) in a name, address, tag or meta: no
+// registration has a legitimate use for one, and a template that prints
+// such a value raw, as consul-template templates do, would let it write
+// lines of its own into HAProxy's configuration. KV values are not
+// filtered (multi-line values are legitimate); templates quote them with
+// haproxyQuote.
+func (r *render) withoutControls(c *model.Catalog) *model.Catalog {
+	out := &model.Catalog{Datacenter: c.Datacenter}
+	for _, n := range c.Nodes {
+		if hasControl(n.Name, n.Address, n.ID) || mapHasControl(n.Meta) || mapHasControl(n.TaggedAddresses) {
+			r.skipped = append(r.skipped, fmt.Sprintf("node %q: a control character in its name, address or meta; node left out", n.Name))
+			continue
+		}
+		out.Nodes = append(out.Nodes, n)
+	}
+	for _, in := range c.Instances {
+		if hasControl(in.Name, in.ID, in.Node, in.NodeID, in.NodeAddress, in.Address, in.Kind, in.Namespace) ||
+			hasControl(in.Tags...) || mapHasControl(in.Meta) || mapHasControl(in.NodeMeta) ||
+			mapHasControl(in.TaggedAddresses) || mapHasControl(in.NodeTaggedAddresses) {
+			r.skipped = append(r.skipped, fmt.Sprintf("service %q instance %q: a control character in a name, address, tag or meta; instance left out", in.Name, in.ID))
+			continue
+		}
+		out.Instances = append(out.Instances, in)
+	}
+	return out
+}
+
+func hasControl(ss ...string) bool {
+	for _, s := range ss {
+		if strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			return true
+		}
+	}
+	return false
+}
+
+func mapHasControl(m map[string]string) bool {
+	for k, v := range m {
+		if hasControl(k, v) {
+			return true
+		}
+	}
+	return false
 }
 
 // service implements `service "[tag.]name[@dc][~near][|filter]" ["filter"]`.

@@ -23,6 +23,7 @@ type render struct {
 	missing map[model.Query]bool
 	skipped []string
 	scratch Scratch
+	clean   map[model.Query]*model.Catalog // catalogs without unrepresentable entries
 }
 
 // result records q and returns State's answer; without one q is missing.

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/seamless-lb/seamless/internal/testenv"
+)
+
+// A consul-template template for HAProxy, as users have them: a service
+// loop, a KV knob, and the services list filtered by tag.
+const classicTemplate = `global
+    maxconn {{ keyOrDefault "lb/maxconn" "2000" }}
+
+defaults
+    mode http
+    option idle-close-on-response
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+
+frontend www
+    bind {{ env "WWW_BIND" }}
+    default_backend web
+
+backend web
+    balance roundrobin{{ range service "web" }}
+    server {{ .Node }} {{ .Address }}:{{ .Port }}{{ end }}
+{{ range services }}{{ if .Tags.Contains "admin" }}
+# admin service: {{ .Name }}{{ end }}{{ end }}
+`
+
+func TestConsulTemplateEndToEnd(t *testing.T) {
+	r := newDiscoveryRig(t)
+	c := r.consul.Client()
+	for _, n := range []string{"web1", "web2"} {
+		r.ports[n] = namedBackend(t, n)
+		registerExternal(t, c, n, "web", r.ports[n], api.HealthPassing)
+	}
+	tmpl := filepath.Join(t.TempDir(), "haproxy.cfg.tmpl")
+	writeAtomic(t, tmpl, classicTemplate)
+	r.extraEnv = []string{"SEAMLESS_TEMPLATE=" + tmpl, "WWW_BIND=" + r.http}
+	in := r.start(t)
+	r.eventuallyServedBy(t, "127.0.0.1", "web1", "web2")
+	rendered := filepath.Join(r.stateDir, "haproxy.cfg")
+	if b, _ := os.ReadFile(rendered); !strings.Contains(string(b), "maxconn 2000") {
+		t.Errorf("keyOrDefault did not render its default:\n%s", b)
+	}
+
+	t.Log("a KV change is applied")
+	applies := in.metric(`seamless_config_applies_total{result="reloaded"}`)
+	if _, err := c.KV().Put(&api.KVPair{Key: "lb/maxconn", Value: []byte("4096")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 15*time.Second, "the KV value is applied with a reload", func() bool {
+		b, _ := os.ReadFile(rendered)
+		return strings.Contains(string(b), "maxconn 4096") &&
+			in.metric(`seamless_config_applies_total{result="reloaded"}`) > applies
+	})
+
+	t.Log("a KV value that breaks the configuration is refused")
+	reloads := in.metric(successes)
+	if _, err := c.KV().Put(&api.KVPair{Key: "lb/maxconn", Value: []byte("1\n    stats enable")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 15*time.Second, "the injected value is refused", func() bool {
+		return in.metric("seamless_config_errors_total") >= 1
+	})
+	if b, _ := os.ReadFile(rendered); !strings.Contains(string(b), "maxconn 4096") {
+		t.Errorf("the refused render replaced the running file:\n%s", b)
+	}
+	if got := in.metric(successes); got != reloads {
+		t.Errorf("%v reloads after a refused render", got-reloads)
+	}
+	r.eventuallyServedBy(t, "127.0.0.1", "web1", "web2")
+}
+
+func TestCheckNamesAnUnsupportedFunction(t *testing.T) {
+	tmpl := filepath.Join(t.TempDir(), "bad.tmpl")
+	writeAtomic(t, tmpl, "global\n    maxconn 10\n\n{{ with secret \"kv/x\" }}{{ .Data }}{{ end }}\n")
+	cmd := exec.Command(seamlessBin, "check")
+	cmd.Env = append(os.Environ(), "SEAMLESS_TEMPLATE="+tmpl, "SEAMLESS_DISCOVERY_TIMEOUT=1s")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if code := cmd.ProcessState.ExitCode(); code != exitInvalid {
+		t.Fatalf("seamless check: exit %d (%v), want %d\n%s", code, err, exitInvalid, out.String())
+	}
+	for _, want := range []string{`"secret"`, "bad.tmpl:4", "not supported"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("check output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+const webService = `name: web
+tags: ["seamless.http.host=127.0.0.1"]
+instances:
+%s`
+
+func instancesYAML(ports ...int) string {
+	var b strings.Builder
+	for _, p := range ports {
+		fmt.Fprintf(&b, "  - address: 127.0.0.1\n    port: %d\n", p)
+	}
+	return b.String()
+}
+
+func TestServicesDirEndToEnd(t *testing.T) {
+	testenv.HAProxy(t)
+	dir := t.TempDir()
+	web1, web2 := namedBackend(t, "web1"), namedBackend(t, "web2")
+	writeAtomic(t, filepath.Join(dir, "web.yaml"), fmt.Sprintf(webService, instancesYAML(web1)))
+	r := &discoveryRig{http: testenv.Addr(testenv.FreePort(t)), stateDir: filepath.Join(t.TempDir(), "state")}
+	env := []string{"SEAMLESS_SOURCES=file", "SEAMLESS_SERVICES_DIR=" + dir, "SEAMLESS_HTTP_BIND=" + r.http,
+		"SEAMLESS_STATS_BIND=", "SEAMLESS_STATE_DIR=" + r.stateDir, "SEAMLESS_WAIT=0"}
+	in := startSeamless(t, nil, startOpts{args: []string{"haproxy"}, env: env})
+	r.eventuallyServedBy(t, "127.0.0.1", "web1")
+	loads := startLoadOn(t, r.http, time.Minute)
+
+	writeAtomic(t, filepath.Join(dir, "web.yaml"), fmt.Sprintf(webService, instancesYAML(web1, web2)))
+	r.eventuallyServedBy(t, "127.0.0.1", "web1", "web2")
+
+	t.Log("a malformed edit keeps the last good content")
+	writeAtomic(t, filepath.Join(dir, "web.yaml"), fmt.Sprintf(webService, instancesYAML(web2))+"  - address: 127.0.0.1\n    port: seventy\n")
+	testenv.Eventually(t, 10*time.Second, "the error names the file and line", func() bool {
+		return strings.Contains(in.out.String(), "web.yaml:7")
+	})
+	r.eventuallyServedBy(t, "127.0.0.1", "web1", "web2")
+
+	writeAtomic(t, filepath.Join(dir, "web.yaml"), fmt.Sprintf(webService, instancesYAML(web2)))
+	r.eventuallyServedBy(t, "127.0.0.1", "web2")
+	for _, l := range loads {
+		requireNoFailures(t, "load during file changes", l.Stop())
+	}
+
+	out, err := exec.CommandContext(context.Background(), seamlessBin, "render").Output()
+	if err == nil {
+		t.Errorf("render without discovery configured succeeded: %s", out)
+	}
+}
+
+func TestRenderPrintsWhatWouldBeApplied(t *testing.T) {
+	dir := t.TempDir()
+	writeAtomic(t, filepath.Join(dir, "web.yaml"), fmt.Sprintf(webService, instancesYAML(9001, 9002)))
+	cmd := exec.Command(seamlessBin, "render")
+	cmd.Env = append(os.Environ(), "SEAMLESS_SOURCES=file", "SEAMLESS_SERVICES_DIR="+dir,
+		"SEAMLESS_STATE_DIR="+filepath.Join(t.TempDir(), "none"), "SEAMLESS_HTTP_BIND=127.0.0.1:5001")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("render: %v\n%s", err, stderr.String())
+	}
+	for _, want := range []string{"bind 127.0.0.1:5001", "127.0.0.1:9001", "127.0.0.1:9002"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("rendered config lacks %q:\n%s", want, stdout.String())
+		}
+	}
+}
