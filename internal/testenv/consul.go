@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -147,11 +148,23 @@ func (a *ConsulAgent) Start() {
 		default:
 		}
 		leader, err := c.Status().Leader()
-		if err != nil || leader == "" {
-			return false
-		}
-		n, _, err := c.Catalog().Node(a.node, nil)
-		return err == nil && n != nil && n.Node != nil
+		return err == nil && leader != "" && a.settled(c)
+	})
+}
+
+// settled reports whether the catalog holds everything a starting agent
+// writes about itself, so that it stays quiet until the test changes
+// something: the node as the leader registers it (the consul service, a
+// passing serfHealth), then the agent's own sync of its node (the tagged
+// addresses), a moment later.
+func (a *ConsulAgent) settled(c *api.Client) bool {
+	n, _, err := c.Catalog().Node(a.node, nil)
+	if err != nil || n == nil || n.Node == nil || n.Node.TaggedAddresses["lan"] == "" || n.Services["consul"] == nil {
+		return false
+	}
+	checks, _, err := c.Health().Node(a.node, nil)
+	return err == nil && slices.ContainsFunc(checks, func(h *api.HealthCheck) bool {
+		return h.CheckID == "serfHealth" && h.Status == api.HealthPassing
 	})
 }
 

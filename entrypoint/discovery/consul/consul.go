@@ -2,9 +2,7 @@ package consul
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -155,45 +153,6 @@ func New(cfg Config, log *slog.Logger) (*Source, error) {
 // Name is "consul".
 func (s *Source) Name() string { return Name }
 
-// Requests returns how many HTTP requests the source has sent to Consul,
-// including those still waiting for an answer.
-func (s *Source) Requests() uint64 { return s.started.Load() }
-
-// inFlight is how many requests wait for an answer now.
-func (s *Source) inFlight() uint64 {
-	f := s.finished.Load()
-	return s.started.Load() - f
-}
-
-// countingTransport counts the requests of the Consul client, and the
-// bytes of their answers.
-type countingTransport struct {
-	next              http.RoundTripper
-	started, finished *atomic.Uint64
-	received          *atomic.Uint64
-}
-
-func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	c.started.Add(1)
-	defer c.finished.Add(1) // a blocking query answers only when it is done
-	resp, err := c.next.RoundTrip(r)
-	if err == nil && resp != nil && resp.Body != nil {
-		resp.Body = &countingBody{ReadCloser: resp.Body, n: c.received}
-	}
-	return resp, err
-}
-
-type countingBody struct {
-	io.ReadCloser
-	n *atomic.Uint64
-}
-
-func (b *countingBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	b.n.Add(uint64(n))
-	return n, err
-}
-
 // Want replaces the set of queries the source answers: watches start for
 // new queries and stop for the ones no longer wanted, whose answers leave
 // the next snapshot. It does not block. Queries of an unknown kind are
@@ -327,88 +286,4 @@ func (s *Source) snapshot(sent bool) (model.Snapshot, bool) {
 		res[q] = r
 	}
 	return model.Snapshot{Source: Name, Results: res}, true
-}
-
-// Status reports whether the last attempt of every watch succeeded, and
-// the latest success and error.
-func (s *Source) Status() model.SourceStatus {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.status
-	st.Up = !st.LastSuccess.IsZero() && len(s.failing) == 0
-	return st
-}
-
-// succeeded records w's answer r; it is dropped if w was stopped meanwhile.
-func (s *Source) succeeded(w *watch, r model.Result) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.watches[w.q] != w {
-		return
-	}
-	if s.failing[w.q] {
-		delete(s.failing, w.q)
-		s.log.Info("query answered again", "query", w.q.String())
-	}
-	s.status.LastSuccess = time.Now()
-	first := !s.tried[w.q]
-	s.tried[w.q] = true
-	if old, ok := s.results[w.q]; !ok || !reflect.DeepEqual(old, r) {
-		s.results[w.q] = r
-		s.signal()
-	} else if first {
-		s.signal()
-	}
-}
-
-// failed records w's error; the first of a series is logged as a warning.
-func (s *Source) failed(w *watch, err error, retry time.Duration) {
-	msg := s.explain(w.q, err)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.watches[w.q] != w {
-		return
-	}
-	s.status.LastError, s.status.LastErrorAt = msg, time.Now()
-	if !s.failing[w.q] {
-		s.log.Warn("Consul query failed; keeping its last answer and retrying", "query", w.q.String(), "err", msg, "retry_in", retry.Round(time.Millisecond))
-	} else {
-		s.log.Debug("Consul query failed again", "query", w.q.String(), "err", msg, "retry_in", retry.Round(time.Millisecond))
-	}
-	s.failing[w.q] = true
-	if !s.tried[w.q] {
-		s.tried[w.q] = true
-		s.signal()
-	}
-}
-
-// explain turns err into a message an operator can act on.
-func (s *Source) explain(q model.Query, err error) string {
-	what := "reading " + q.String()
-	var se api.StatusError
-	if errors.As(err, &se) {
-		body := se.Body
-		if len(body) > 200 {
-			body = body[:200] + "..."
-		}
-		switch se.Code {
-		case http.StatusForbidden, http.StatusUnauthorized:
-			return fmt.Sprintf("%s: Consul at %s refused the request (%d %q): the token (%s or %s) lacks %s",
-				what, s.addr, se.Code, body, api.HTTPTokenEnvName, api.HTTPTokenFileEnvName, rightsFor(q))
-		default:
-			return fmt.Sprintf("%s: Consul at %s answered %d: %q", what, s.addr, se.Code, body)
-		}
-	}
-	return fmt.Sprintf("%s: Consul at %s (%s): %v", what, s.addr, s.addrHint, err)
-}
-
-// rightsFor names the ACL rights q needs.
-func rightsFor(q model.Query) string {
-	switch q.Kind {
-	case model.QueryKey, model.QueryPrefix:
-		return "key:read on " + fmt.Sprintf("%q", q.Key)
-	case model.QueryCatalog:
-		return `node:read and service:read (node_prefix "" and service_prefix "" read)`
-	}
-	return "the rights for this query"
 }

@@ -45,9 +45,10 @@ func (p *publicCatalog) fetch(ctx context.Context) (model.Result, error) {
 	return r, nil
 }
 
-// wait holds the three blocking queries open until one of them returns
-// with a new index (true), all ran out of time (false), or one failed. The
-// others are cancelled, and wait returns only once they have ended.
+// wait holds the three blocking queries open until the first of them
+// returns: true when its index moved, false when its wait ran out (fetch
+// then starts all three again, so no table goes unwatched), or its error.
+// The others are cancelled, and wait returns only once they have ended.
 func (p *publicCatalog) wait(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -74,16 +75,8 @@ func (p *publicCatalog) wait(ctx context.Context) (bool, error) {
 			answers <- a
 		})
 	}
-	for range wakePaths {
-		a := <-answers
-		if a.err != nil {
-			return false, a.err
-		}
-		if a.index != p.index[a.i] {
-			return true, nil
-		}
-	}
-	return false, nil
+	a := <-answers
+	return a.err == nil && a.index != p.index[a.i], a.err
 }
 
 // list reads the whole catalog: nodes, service names, then each service

@@ -1,0 +1,98 @@
+package consul
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+)
+
+// Status reports the latest success and error, and whether the source is
+// up: Run is running, something succeeded, and the last attempt of every
+// watch did.
+func (s *Source) Status() model.SourceStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.status
+	st.Up = s.runCtx != nil && !st.LastSuccess.IsZero() && len(s.failing) == 0
+	return st
+}
+
+// succeeded records w's answer r; it is dropped if w was stopped meanwhile.
+func (s *Source) succeeded(w *watch, r model.Result) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watches[w.q] != w {
+		return
+	}
+	if s.failing[w.q] {
+		delete(s.failing, w.q)
+		s.log.Info("query answered again", "query", w.q.String())
+	}
+	s.status.LastSuccess = time.Now()
+	first := !s.tried[w.q]
+	s.tried[w.q] = true
+	if old, ok := s.results[w.q]; !ok || !reflect.DeepEqual(old, r) {
+		s.results[w.q] = r
+		s.signal()
+	} else if first {
+		s.signal()
+	}
+}
+
+// failed records w's error; the first of a series is logged as a warning.
+func (s *Source) failed(w *watch, err error, retry time.Duration) {
+	msg := s.explain(w.q, err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watches[w.q] != w {
+		return
+	}
+	s.status.LastError, s.status.LastErrorAt = msg, time.Now()
+	if !s.failing[w.q] {
+		s.log.Warn("Consul query failed; keeping its last answer and retrying", "query", w.q.String(), "err", msg, "retry_in", retry.Round(time.Millisecond))
+	} else {
+		s.log.Debug("Consul query failed again", "query", w.q.String(), "err", msg, "retry_in", retry.Round(time.Millisecond))
+	}
+	s.failing[w.q] = true
+	if !s.tried[w.q] {
+		s.tried[w.q] = true
+		s.signal()
+	}
+}
+
+// explain turns err into a message an operator can act on.
+func (s *Source) explain(q model.Query, err error) string {
+	what := "reading " + q.String()
+	var se api.StatusError
+	if errors.As(err, &se) {
+		body := se.Body
+		if len(body) > 200 {
+			body = body[:200] + "..."
+		}
+		switch se.Code {
+		case http.StatusForbidden, http.StatusUnauthorized:
+			return fmt.Sprintf("%s: Consul at %s refused the request (%d %q): the token (%s or %s) lacks %s",
+				what, s.addr, se.Code, body, api.HTTPTokenEnvName, api.HTTPTokenFileEnvName, rightsFor(q))
+		default:
+			return fmt.Sprintf("%s: Consul at %s answered %d: %q", what, s.addr, se.Code, body)
+		}
+	}
+	return fmt.Sprintf("%s: Consul at %s (%s): %v", what, s.addr, s.addrHint, err)
+}
+
+// rightsFor names the ACL rights q needs.
+func rightsFor(q model.Query) string {
+	switch q.Kind {
+	case model.QueryKey, model.QueryPrefix:
+		return "key:read on " + fmt.Sprintf("%q", q.Key)
+	case model.QueryCatalog:
+		return `node:read and service:read (node_prefix "" and service_prefix "" read)`
+	}
+	return "the rights for this query"
+}
