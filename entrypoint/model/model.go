@@ -230,3 +230,16 @@ type Rendering struct {
 type Renderer interface {
 	Render(st State) (Rendering, error)
 }
+
+// ServiceID is the instance's ID as its registration names it: Consul's
+// service IDs are unique per node only, so the Consul source makes ID
+// "node/serviceID"; templates show consul-template's .ID, the part after
+// the node.
+func (in Instance) ServiceID() string {
+	if in.Node != "" {
+		if id, ok := strings.CutPrefix(in.ID, in.Node+"/"); ok {
+			return id
+		}
+	}
+	return in.ID
+}

@@ -46,11 +46,14 @@ type Server struct {
 	// Name is unique in the service and depends only on the instance (see
 	// Ident), so that it survives other instances coming and going.
 	Name     string
-	Instance string // the instance's ID, as registered
-	Address  Address
-	Port     int
-	Weight   int // 1–256
-	Status   string
+	Instance string // the instance's ID, unique within the service
+	// ServiceID is the ID as registered, which names the server (Consul's
+	// IDs are unique per node only; Instance adds the node).
+	ServiceID string
+	Address   Address
+	Port      int
+	Weight    int // 1–256
+	Status    string
 }
 
 // Addr is host:port as a server line takes it.
@@ -239,7 +242,7 @@ func server(in model.Instance) (Server, error) {
 	if w < 1 || w > MaxWeight {
 		return Server{}, fmt.Errorf("weight %d is outside HAProxy's range 1–%d", w, MaxWeight)
 	}
-	return Server{Instance: in.ID, Address: addr, Port: in.Port, Weight: w, Status: in.Status}, nil
+	return Server{Instance: in.ID, ServiceID: in.ServiceID(), Address: addr, Port: in.Port, Weight: w, Status: in.Status}, nil
 }
 
 // nameServers gives servers their names: Ident of the instance ID (of
@@ -248,8 +251,8 @@ func server(in model.Instance) (Server, error) {
 // what tells them apart, so a name still depends on its instance alone.
 func nameServers(srvs []Server) {
 	base := func(s Server) string {
-		if s.Instance != "" {
-			return Ident(s.Instance)
+		if s.ServiceID != "" {
+			return Ident(s.ServiceID)
 		}
 		return Ident(s.Addr())
 	}

@@ -125,7 +125,7 @@ func newHealthService(in *model.Instance, dc string) *HealthService {
 		ServiceMeta:            cloneMap(in.Meta),
 		Address:                in.Address,
 		ServiceTaggedAddresses: map[string]ServiceAddress{},
-		ID:                     in.ID,
+		ID:                     in.ServiceID(),
 		Name:                   in.Name,
 		Tags:                   sortedTags(in.Tags),
 		Status:                 in.Status,
@@ -253,7 +253,7 @@ func (r *render) node(args ...string) (*CatalogNode, error) {
 			continue
 		}
 		cn.Services = append(cn.Services, &CatalogNodeService{
-			ID: in.ID, Service: in.Name, Tags: sortedTags(in.Tags), Meta: cloneMap(in.Meta),
+			ID: in.ServiceID(), Service: in.Name, Tags: sortedTags(in.Tags), Meta: cloneMap(in.Meta),
 			Port: in.Port, Address: in.Address,
 		})
 	}
