@@ -222,6 +222,34 @@ type Rendering struct {
 	// Skipped names what was left out and why ("service web: tag
 	// seamless.http.host=\"a b\" is not a host name"), for the log.
 	Skipped []string
+	// Servers lists the server slots whose address, weight and state can
+	// change over HAProxy's runtime API, and Structure identifies
+	// everything else in Config: two renderings with the same Structure
+	// differ only in those slots. Both are empty for templates without
+	// slots, which always reload.
+	Servers   []ServerSlot
+	Structure []byte
+	// Recheck, when set, is when the same State must be rendered again
+	// (a removed instance has finished draining).
+	Recheck time.Time
+}
+
+// States of a server slot, as the runtime API sets them.
+const (
+	SlotReady = "ready"
+	SlotDrain = "drain" // finishes what it has, takes nothing new
+	SlotMaint = "maint" // free or drained
+)
+
+// ServerSlot is one server of a backend that the runtime API can change.
+type ServerSlot struct {
+	Backend  string `json:"backend"`
+	Server   string `json:"server"`
+	Instance string `json:"instance,omitempty"` // the instance holding it; "" when free
+	Address  string `json:"address,omitempty"`  // IP or DNS name, no brackets
+	Port     int    `json:"port,omitempty"`
+	Weight   int    `json:"weight"`
+	State    string `json:"state"`
 }
 
 // Renderer turns a State into a configuration. It must be a pure function

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Defaults of Options, for the configuration's `default` tags.
@@ -32,6 +33,22 @@ type Options struct {
 	// (also when empty), "passing,warning", "any", or any list of passing,
 	// warning, critical and maintenance.
 	Health []string
+	// Slots is the least number of server slots per backend
+	// (SEAMLESS_SERVER_SLOTS): membership then changes over the runtime
+	// API; a backend that outgrows its slots gets twice as many with a
+	// reload. 0 names servers after their instances, and every change
+	// reloads.
+	Slots int
+	// DrainTimeout is how long a removed instance's slot drains before it
+	// is freed (SEAMLESS_DRAIN_TIMEOUT).
+	DrainTimeout time.Duration
+	// StateFile, when set, is HAProxy's server-state-file: the runtime
+	// state saved before a reload is loaded by the new worker.
+	StateFile string
+	// Table keeps slot assignments across renderers; nil: a new one.
+	Table *SlotTable
+	// Now is the clock of drains; nil: time.Now.
+	Now func() time.Time
 }
 
 // DefaultOptions returns the options with their defaults.

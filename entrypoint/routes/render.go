@@ -2,13 +2,16 @@ package routes
 
 import (
 	"bytes"
+	"crypto/sha256"
 	_ "embed"
 	"fmt"
 	"io"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 	"text/template"
+	"time"
 
 	"github.com/seamless-lb/seamless/entrypoint/model"
 )
@@ -21,10 +24,15 @@ var tmpl = template.Must(template.New("default.cfg.tmpl").Option("missingkey=err
 // Renderer renders the built-in configuration. It implements
 // model.Renderer.
 type Renderer struct {
-	http   bind
-	stats  bind // port 0: no stats frontend
-	policy Policy
-	log    *slog.Logger
+	http      bind
+	stats     bind // port 0: no stats frontend
+	policy    Policy
+	slots     int // minimum slots per backend; 0: named servers, no slots
+	drain     time.Duration
+	stateFile string
+	table     *SlotTable
+	now       func() time.Time
+	log       *slog.Logger
 }
 
 var _ model.Renderer = (*Renderer)(nil)
@@ -44,10 +52,21 @@ func New(opts Options, log *slog.Logger) (*Renderer, error) {
 		reserved[statsB.port] = "SEAMLESS_STATS_BIND"
 	}
 	r := &Renderer{
-		http:   httpB,
-		stats:  statsB,
-		policy: Policy{Health: opts.Health, Reserved: reserved},
-		log:    log.With("component", "routes"),
+		http:      httpB,
+		stats:     statsB,
+		policy:    Policy{Health: opts.Health, Reserved: reserved},
+		slots:     opts.Slots,
+		drain:     opts.DrainTimeout,
+		stateFile: opts.StateFile,
+		table:     opts.Table,
+		now:       opts.Now,
+		log:       log.With("component", "routes"),
+	}
+	if r.table == nil {
+		r.table = NewSlotTable()
+	}
+	if r.now == nil {
+		r.now = time.Now
 	}
 	r.log.Debug("built-in configuration", "http_bind", httpB.String(), "stats_bind", opts.StatsBind,
 		"health", strings.Join(opts.Health, ","))
@@ -84,11 +103,36 @@ func (r *Renderer) Render(st model.State) (model.Rendering, error) {
 		return out, fmt.Errorf("default configuration: %w", err)
 	}
 	out.Config = buf.Bytes()
+	if r.slots > 0 {
+		r.fillSlots(&out, v)
+	}
 	return out, nil
+}
+
+// fillSlots describes the slots of v and the structure around them: the
+// same configuration with every slot blanked.
+func (r *Renderer) fillSlots(out *model.Rendering, v view) {
+	blank := v
+	blank.Backends = slices.Clone(v.Backends)
+	for i, b := range blank.Backends {
+		out.Servers = append(out.Servers, b.slots...)
+		srvs := make([]viewServer, len(b.Servers))
+		for j, s := range b.Servers {
+			srvs[j] = viewServer{Name: s.Name, Addr: "-"}
+		}
+		blank.Backends[i].Servers = srvs
+		if !b.recheck.IsZero() && (out.Recheck.IsZero() || b.recheck.Before(out.Recheck)) {
+			out.Recheck = b.recheck
+		}
+	}
+	h := sha256.New()
+	_ = tmpl.Execute(h, blank)
+	out.Structure = h.Sum(nil)
 }
 
 // view is what the template sees: only strings that passed a check below.
 type view struct {
+	StateFile string // "" without a server-state file
 	HTTPBind  string
 	StatsBind string // "" without stats
 	Rules     []viewRule
@@ -110,12 +154,15 @@ type viewBackend struct {
 	Name    string
 	TCP     bool
 	Servers []viewServer
+	slots   []model.ServerSlot
+	recheck time.Time
 }
 
 type viewServer struct {
-	Name   string
-	Addr   string
-	Weight int
+	Name     string
+	Addr     string
+	Weight   int
+	Disabled bool
 }
 
 // The shapes every string in a view must have. Routes are validated when
@@ -127,6 +174,7 @@ var (
 	pathRe  = regexp.MustCompile(`^/[A-Za-z0-9._~/:@+,;=-]{1,257}$`)
 	addrRe  = regexp.MustCompile(`^(?:[a-z0-9._-]{1,254}|\[[0-9a-f:.]{2,45}\]):[0-9]{1,5}$`)
 	bindRe  = regexp.MustCompile(`^(?:[0-9.]{7,15}|\[[0-9a-f:.]{2,45}\])?:[0-9]{1,5}$`)
+	fileRe  = regexp.MustCompile(`^/[A-Za-z0-9._/-]{1,1000}$`)
 )
 
 func check(what string, re *regexp.Regexp, s string) error {
@@ -168,23 +216,37 @@ func (r *Renderer) view(rt Routes) (view, error) {
 		errs = append(errs, check("bind", bindRe, vl.Bind), check("backend", identRe, vl.Backend))
 		v.Listeners = append(v.Listeners, vl)
 	}
+	if r.stateFile != "" {
+		v.StateFile = r.stateFile
+		errs = append(errs, check("server-state file", fileRe, v.StateFile))
+	}
+	now := r.now()
 	for _, s := range rt.Services {
-		var srvs []viewServer
-		for _, srv := range s.Servers {
-			vs := viewServer{Name: srv.Name, Addr: srv.Addr(), Weight: srv.Weight}
-			errs = append(errs, check("server", identRe, vs.Name), check("address", addrRe, vs.Addr))
-			if vs.Weight < 1 || vs.Weight > MaxWeight {
-				errs = append(errs, fmt.Errorf("default configuration: internal error: weight %d", vs.Weight))
+		for _, b := range []struct {
+			name string
+			tcp  bool
+		}{{s.HTTPBackend, false}, {s.TCPBackend, true}} {
+			if b.name == "" {
+				continue
 			}
-			srvs = append(srvs, vs)
-		}
-		if s.HTTPBackend != "" {
-			errs = append(errs, check("backend", identRe, s.HTTPBackend))
-			v.Backends = append(v.Backends, viewBackend{Name: s.HTTPBackend, Servers: srvs})
-		}
-		if s.TCPBackend != "" {
-			errs = append(errs, check("backend", identRe, s.TCPBackend))
-			v.Backends = append(v.Backends, viewBackend{Name: s.TCPBackend, TCP: true, Servers: srvs})
+			errs = append(errs, check("backend", identRe, b.name))
+			vb := viewBackend{Name: b.name, TCP: b.tcp}
+			if r.slots > 0 {
+				var held []slot
+				held, vb.recheck = r.table.assign(b.name, s.Servers, r.slots, r.drain, now)
+				vb.Servers, vb.slots = slotServers(b.name, held)
+			} else {
+				for _, srv := range s.Servers {
+					vb.Servers = append(vb.Servers, viewServer{Name: srv.Name, Addr: srv.Addr(), Weight: srv.Weight})
+				}
+			}
+			for _, vs := range vb.Servers {
+				errs = append(errs, check("server", identRe, vs.Name), check("address", addrRe, vs.Addr))
+				if vs.Weight < 1 || vs.Weight > MaxWeight {
+					errs = append(errs, fmt.Errorf("default configuration: internal error: weight %d", vs.Weight))
+				}
+			}
+			v.Backends = append(v.Backends, vb)
 		}
 	}
 	for _, err := range errs {

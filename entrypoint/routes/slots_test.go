@@ -1,0 +1,104 @@
+package routes
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+)
+
+// stateFile is fixed, for the golden file; it holds no state, as before
+// seamless's first reload.
+const stateFile = "/tmp/seamless-routes-test/server-state"
+
+func slotOpts(now *time.Time) Options {
+	if err := os.MkdirAll(filepath.Dir(stateFile), 0o755); err == nil {
+		_ = os.WriteFile(stateFile, []byte("1\n"), 0o644)
+	}
+	o := goldenOpts
+	o.Slots, o.DrainTimeout, o.StateFile = 4, 10*time.Second, stateFile
+	o.Now = func() time.Time { return *now }
+	return o
+}
+
+func webs(n int) []model.Instance {
+	var out []model.Instance
+	for i := 1; i <= n; i++ {
+		out = append(out, inst("web", fmt.Sprintf("web%d", i), fmt.Sprintf("10.0.0.%d", i), 8080, "seamless.http.host=web.example"))
+	}
+	return out
+}
+
+func slotStates(r model.Rendering) string {
+	var b bytes.Buffer
+	for _, s := range r.Servers {
+		fmt.Fprintf(&b, "%s=%s:%s ", s.Server, s.Instance, s.State)
+	}
+	return b.String()
+}
+
+func TestSlotsChangeMembershipWithoutChangingStructure(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	r := mustNew(t, slotOpts(&now))
+	two := render(t, r, catalog(webs(2)...))
+	golden(t, "slots.cfg", two.Config)
+	haproxyCheck(t, two.Config)
+	if got, want := slotStates(two), "s1=web1:ready s2=web2:ready s3=:maint s4=:maint "; got != want {
+		t.Errorf("2 instances: %s, want %s", got, want)
+	}
+
+	four := render(t, r, catalog(webs(4)...))
+	if !bytes.Equal(four.Structure, two.Structure) {
+		t.Error("2 → 4 instances changed the structure; it fits the 4 slots")
+	}
+	if got, want := slotStates(four), "s1=web1:ready s2=web2:ready s3=web3:ready s4=web4:ready "; got != want {
+		t.Errorf("4 instances: %s, want %s", got, want)
+	}
+
+	t.Log("a removed instance drains in its slot, then frees it")
+	noTwo := append(webs(1), webs(4)[2:]...)
+	drained := render(t, r, catalog(noTwo...))
+	if got, want := slotStates(drained), "s1=web1:ready s2=web2:drain s3=web3:ready s4=web4:ready "; got != want {
+		t.Errorf("web2 removed: %s, want %s", got, want)
+	}
+	if !drained.Recheck.Equal(now.Add(10 * time.Second)) {
+		t.Errorf("recheck at %v, want the end of the drain", drained.Recheck)
+	}
+	now = now.Add(10 * time.Second)
+	freed := render(t, r, catalog(noTwo...))
+	if got, want := slotStates(freed), "s1=web1:ready s2=:maint s3=web3:ready s4=web4:ready "; got != want {
+		t.Errorf("after the drain: %s, want %s", got, want)
+	}
+	haproxyCheck(t, drained.Config)
+
+	t.Log("a new instance takes the free slot; a fifth one needs more slots")
+	five := render(t, r, catalog(append(noTwo, webs(6)[4:]...)...))
+	if got, want := slotStates(five), "s1=web1:ready s2=web5:ready s3=web3:ready s4=web4:ready s5=web6:ready s6=:maint s7=:maint s8=:maint "; got != want {
+		t.Errorf("grown: %s, want %s", got, want)
+	}
+	if bytes.Equal(five.Structure, two.Structure) {
+		t.Error("growing to 8 slots kept the structure; it needs a reload")
+	}
+	api := render(t, r, catalog(append(webs(2), inst("api", "api1", "10.0.1.1", 80, "seamless.http.host=api.example"))...))
+	if bytes.Equal(api.Structure, two.Structure) {
+		t.Error("a new service kept the structure")
+	}
+}
+
+func TestSlotsSurviveANewRenderer(t *testing.T) {
+	now := time.Now()
+	o := slotOpts(&now)
+	o.Table = NewSlotTable()
+	first := render(t, mustNew(t, o), catalog(webs(3)[1:]...))
+	second := render(t, mustNew(t, o), catalog(webs(3)...))
+	if got, want := slotStates(first), "s1=web2:ready s2=web3:ready s3=:maint s4=:maint "; got != want {
+		t.Fatalf("first: %s", got)
+	}
+	if got, want := slotStates(second), "s1=web2:ready s2=web3:ready s3=web1:ready s4=:maint "; got != want {
+		t.Errorf("after SIGHUP's new renderer: %s, want %s", got, want)
+	}
+}
