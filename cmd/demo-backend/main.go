@@ -1,42 +1,110 @@
 // Command demo-backend is the small HTTP service behind the demo and the
 // compose examples: it answers with its name so that load balancing is
 // visible, and /slow?ms=N holds a request open to watch a drain.
+//
+// With -consul ADDR (or -register, which takes CONSUL_HTTP_ADDR and Consul's
+// other variables) it registers itself in Consul with an HTTP check on its
+// /healthz, and on SIGTERM it deregisters first, keeps serving for -drain so
+// that the load balancer applies the change, and only then stops: a
+// scale-down drops no request.
 package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stderr))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := run(ctx, os.Args, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
-func run(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("demo-backend", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:9001", "listen address")
-	name := fs.String("name", "", "name to answer with (default: the listen address)")
-	if err := fs.Parse(args); err != nil {
+// shutdownTimeout bounds how long in-flight requests may take to finish
+// once the server stops, after the drain.
+const shutdownTimeout = 10 * time.Second
+
+// run serves until ctx ends (main cancels it on SIGTERM or SIGINT), then
+// deregisters, drains and stops. args[0] is the program name.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args[1:], stderr, net.InterfaceAddrs)
+	if errors.Is(err, errHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "demo-backend: %v\n", err)
 		return 2
 	}
-	if *name == "" {
-		*name = *listen
-	}
-	log := slog.New(slog.NewTextHandler(stderr, nil)).With("backend", *name)
+	log := slog.New(slog.NewTextHandler(stderr, nil)).With("backend", cfg.Name)
 
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		log.Error("listen", "err", err)
+		return 1
+	}
+	srv := &http.Server{Handler: handler(cfg.Name), ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("listening", "addr", ln.Addr().String())
+
+	var reg *registration
+	if cfg.Consul != nil {
+		if reg, err = newRegistration(cfg, log); err != nil {
+			log.Error("consul", "err", err)
+			_ = srv.Close()
+			return 1
+		}
+	}
+	regCtx, stopReg := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	if reg != nil {
+		wg.Go(func() { reg.keep(regCtx) })
+	}
+
+	code := 0
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		log.Error("serve", "err", err)
+		code = 1
+	}
+	stopReg()
+	wg.Wait()
+	if reg != nil && code == 0 {
+		// Deregister before anything else, then keep serving while the
+		// load balancer takes this instance out of its configuration.
+		if reg.deregister() && cfg.Drain > 0 {
+			log.Info("draining: still serving while the load balancer applies the change", "drain", cfg.Drain)
+			t := time.NewTimer(cfg.Drain)
+			<-t.C
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Error("shutdown", "err", err)
+		code = 1
+	}
+	log.Info("stopped")
+	return code
+}
+
+func handler(name string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "hello from %s\n", *name)
+		fmt.Fprintf(w, "hello from %s\n", name)
 	})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
@@ -45,26 +113,13 @@ func run(args []string, stderr io.Writer) int {
 			http.Error(w, "ms must be 0..600000", http.StatusBadRequest)
 			return
 		}
+		t := time.NewTimer(time.Duration(ms) * time.Millisecond)
+		defer t.Stop()
 		select {
-		case <-time.After(time.Duration(ms) * time.Millisecond):
-			fmt.Fprintf(w, "slow hello from %s after %dms\n", *name, ms)
+		case <-t.C:
+			fmt.Fprintf(w, "slow hello from %s after %dms\n", name, ms)
 		case <-r.Context().Done():
 		}
 	})
-	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(c)
-	}()
-	log.Info("listening", "addr", *listen)
-	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
-		log.Error("serve", "err", err)
-		return 1
-	}
-	return 0
+	return mux
 }

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// registration keeps this instance registered in a Consul agent.
+type registration struct {
+	cfg *consulConfig
+	reg *api.AgentServiceRegistration
+	api *api.Client
+	log *slog.Logger
+
+	registered bool // owned by keep, read by deregister after keep returned
+}
+
+// requestTimeout bounds each call to the agent.
+const requestTimeout = 5 * time.Second
+
+func newRegistration(cfg config, log *slog.Logger) (*registration, error) {
+	c := cfg.Consul
+	client, err := api.NewClient(c.API)
+	if err != nil {
+		return nil, fmt.Errorf("consul client: %w", err)
+	}
+	hostPort := net.JoinHostPort(c.Address, strconv.Itoa(c.Port))
+	return &registration{
+		cfg: c,
+		api: client,
+		log: log.With("component", "consul", "service", c.Service, "id", c.ID),
+		reg: &api.AgentServiceRegistration{
+			ID:      c.ID,
+			Name:    c.Service,
+			Tags:    c.Tags,
+			Address: c.Address,
+			Port:    c.Port,
+			Check: &api.AgentServiceCheck{
+				CheckID:                        "service:" + c.ID,
+				Name:                           "HTTP /healthz",
+				HTTP:                           "http://" + hostPort + "/healthz",
+				Method:                         "GET",
+				Interval:                       c.CheckInterval.String(),
+				Timeout:                        min(c.CheckInterval, time.Second).String(),
+				DeregisterCriticalServiceAfter: c.DeregisterAfter.String(),
+			},
+		},
+	}, nil
+}
+
+// keep registers the instance, retrying with backoff until it succeeds,
+// then every Resync checks that the agent still has it (an agent restarted
+// in -dev mode forgets every registration) and registers it again if not.
+// It returns when ctx ends.
+func (r *registration) keep(ctx context.Context) {
+	backoff := 250 * time.Millisecond
+	wait := time.Duration(0)
+	for {
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		present, err := r.present(ctx)
+		if err == nil && !present {
+			err = r.register(ctx)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			r.log.Warn("consul registration failed; retrying", "err", err, "retry_in", backoff)
+			wait, backoff = backoff, min(2*backoff, 5*time.Second)
+			continue
+		}
+		backoff = 250 * time.Millisecond
+		wait = r.cfg.Resync
+	}
+}
+
+// present reports whether the agent has the registration; false before the
+// first successful one.
+func (r *registration) present(ctx context.Context) (bool, error) {
+	if !r.registered {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	svc, _, err := r.api.Agent().Service(r.cfg.ID, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		if e := (api.StatusError{}); errors.As(err, &e) && e.Code == 404 {
+			r.log.Warn("the consul agent lost the registration; registering again")
+			return false, nil
+		}
+		return false, err
+	}
+	return svc != nil, nil
+}
+
+func (r *registration) register(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	opts := api.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(ctx)
+	if err := r.api.Agent().ServiceRegisterOpts(r.reg, opts); err != nil {
+		return err
+	}
+	r.registered = true
+	r.log.Info("registered in consul", "address", r.reg.Address, "port", r.reg.Port, "tags", r.reg.Tags,
+		"check", r.reg.Check.HTTP, "agent", r.addr())
+	return nil
+}
+
+// deregister removes the registration. It reports whether anyone may have
+// routed to this instance: a drain is then worth waiting for.
+func (r *registration) deregister() bool {
+	if !r.registered {
+		r.log.Info("never registered in consul; nothing to deregister")
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	err := r.api.Agent().ServiceDeregisterOpts(r.cfg.ID, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		// The check fails once the server stops; Consul takes the instance
+		// out then.
+		r.log.Error("deregistering from consul failed", "err", err)
+		return true
+	}
+	r.log.Info("deregistered from consul")
+	return true
+}
+
+func (r *registration) addr() string {
+	return r.cfg.API.Scheme + "://" + r.cfg.API.Address
+}
