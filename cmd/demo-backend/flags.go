@@ -41,6 +41,9 @@ type consulConfig struct {
 
 var errHelp = errors.New("help requested")
 
+// defaultDrain covers seamless's debounce (200ms), haproxy -c and a reload.
+const defaultDrain = 2 * time.Second
+
 // tagList is a repeatable flag whose values may also be comma lists.
 type tagList []string
 
@@ -83,7 +86,7 @@ func parseFlags(args []string, stderr io.Writer, interfaceAddrs func() ([]net.Ad
 	fs.DurationVar(&checkInterval, "check-interval", checkInterval, "interval of Consul's HTTP check on /healthz")
 	fs.DurationVar(&deregisterAfter, "deregister-after", deregisterAfter, "Consul removes the registration after its check was critical this long (a killed instance); Consul's minimum is 1m")
 	fs.DurationVar(&resync, "resync", resync, "how often to verify that the registration is still there (an agent restarted in -dev mode forgets it) and register again")
-	fs.DurationVar(&cfg.Drain, "drain", 2*time.Second, "on SIGTERM, after deregistering, keep serving this long so that the load balancer applies the change first")
+	fs.DurationVar(&cfg.Drain, "drain", defaultDrain, "on SIGTERM, keep serving this long (after deregistering from Consul) so that the load balancer applies the change first (default 2s with Consul, 0 without)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, errHelp
@@ -108,7 +111,12 @@ func parseFlags(args []string, stderr io.Writer, interfaceAddrs func() ([]net.Ad
 	if cfg.Drain < 0 {
 		return cfg, fmt.Errorf("-drain %s is negative", cfg.Drain)
 	}
+	drainSet := false
+	fs.Visit(func(f *flag.Flag) { drainSet = drainSet || f.Name == "drain" })
 	if consulAddr == "" && !register {
+		if !drainSet {
+			cfg.Drain = 0
+		}
 		set := ""
 		fs.Visit(func(f *flag.Flag) {
 			switch f.Name {

@@ -47,10 +47,19 @@ func TestFlags(t *testing.T) {
 		check func(t *testing.T, c config)
 	}{
 		{
-			name: "without consul flags nothing registers and the listen address names the backend",
+			name: "without consul flags nothing registers, nothing drains and the listen address names the backend",
 			args: []string{"-listen", "127.0.0.1:9001"},
 			check: func(t *testing.T, c config) {
-				if c.Consul != nil || c.Name != "127.0.0.1:9001" || c.Drain != 2*time.Second {
+				if c.Consul != nil || c.Name != "127.0.0.1:9001" || c.Drain != 0 {
+					t.Errorf("got %+v", c)
+				}
+			},
+		},
+		{
+			name: "without consul a drain is what -drain says",
+			args: []string{"-listen", "127.0.0.1:9001", "-drain", "3s"},
+			check: func(t *testing.T, c config) {
+				if c.Consul != nil || c.Drain != 3*time.Second {
 					t.Errorf("got %+v", c)
 				}
 			},
@@ -76,8 +85,8 @@ func TestFlags(t *testing.T) {
 				if r.API.Address != "consul:8500" || r.API.Scheme != "http" {
 					t.Errorf("agent %s://%s", r.API.Scheme, r.API.Address)
 				}
-				if r.CheckInterval != time.Second || r.DeregisterAfter != time.Minute || r.Resync != 10*time.Second {
-					t.Errorf("check %s, deregister after %s, resync %s", r.CheckInterval, r.DeregisterAfter, r.Resync)
+				if r.CheckInterval != time.Second || r.DeregisterAfter != time.Minute || r.Resync != 10*time.Second || c.Drain != 2*time.Second {
+					t.Errorf("check %s, deregister after %s, resync %s, drain %s", r.CheckInterval, r.DeregisterAfter, r.Resync, c.Drain)
 				}
 			},
 		},

@@ -6,7 +6,8 @@
 // other variables) it registers itself in Consul with an HTTP check on its
 // /healthz, and on SIGTERM it deregisters first, keeps serving for -drain so
 // that the load balancer applies the change, and only then stops: a
-// scale-down drops no request.
+// scale-down drops no request. Without Consul, -drain alone keeps serving
+// after SIGTERM (for a load balancer that watches the container engine).
 package main
 
 import (
@@ -82,14 +83,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	stopReg()
 	wg.Wait()
-	if reg != nil && code == 0 {
-		// Deregister before anything else, then keep serving while the
-		// load balancer takes this instance out of its configuration.
-		if reg.deregister() && cfg.Drain > 0 {
-			log.Info("draining: still serving while the load balancer applies the change", "drain", cfg.Drain)
-			t := time.NewTimer(cfg.Drain)
-			<-t.C
-		}
+	// Deregister before anything else, then keep serving while the load
+	// balancer takes this instance out of its configuration. An instance
+	// that never registered was never routed to.
+	drain := cfg.Drain
+	if reg != nil && !reg.deregister() {
+		drain = 0
+	}
+	if code == 0 && drain > 0 {
+		log.Info("draining: still serving while the load balancer applies the change", "drain", drain)
+		t := time.NewTimer(drain)
+		<-t.C
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()

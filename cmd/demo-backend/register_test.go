@@ -165,3 +165,23 @@ func TestWaitsForConsul(t *testing.T) {
 		t.Errorf("want a stop without drain:\n%s", l)
 	}
 }
+
+// TestDrainWithoutConsul: -drain alone keeps serving after SIGTERM, for a
+// load balancer that watches the container engine instead of Consul.
+func TestDrainWithoutConsul(t *testing.T) {
+	addr := testenv.Addr(testenv.FreePort(t))
+	log, stop := backend(t, "-listen", addr, "-name", "b1", "-drain", "2s")
+	testenv.Eventually(t, 10*time.Second, "serving", func() bool {
+		code, _ := testenv.Get("http://" + addr + "/")
+		return code == 200
+	})
+	stopped := make(chan int, 1)
+	go func() { stopped <- stop() }()
+	testenv.Eventually(t, 10*time.Second, "draining", func() bool { return strings.Contains(log.String(), "draining") })
+	if code, body := testenv.Get("http://" + addr + "/"); code != 200 || body != "hello from b1" {
+		t.Errorf("during the drain: %d %q", code, body)
+	}
+	if code := <-stopped; code != 0 {
+		t.Errorf("exit code %d", code)
+	}
+}
