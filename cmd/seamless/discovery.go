@@ -56,14 +56,25 @@ func newSources(cfg *config.Config, log *slog.Logger) ([]model.Source, error) {
 // parsed again at every call (SIGHUP), or the built-in one.
 func rendererFactory(cfg *config.Config, log *slog.Logger) func() (model.Renderer, error) {
 	health := model.ParseHealth(cfg.ConsulHealth)
+	table := routes.NewSlotTable() // outlives the renderers SIGHUP makes
 	if cfg.Template != "" {
 		return func() (model.Renderer, error) {
 			return template.Parse(cfg.Template, template.Options{DefaultHealth: health})
 		}
 	}
 	return func() (model.Renderer, error) {
-		return routes.New(routes.Options{HTTPBind: cfg.HTTPBind, StatsBind: cfg.StatsBind, Health: health}, log)
+		return routes.New(routes.Options{HTTPBind: cfg.HTTPBind, StatsBind: cfg.StatsBind, Health: health,
+			Slots: cfg.ServerSlots, DrainTimeout: cfg.DrainTimeout, StateFile: serverStateFile(cfg), Table: table}, log)
 	}
+}
+
+// serverStateFile is where the built-in template's HAProxy keeps runtime
+// state across reloads; "" when nothing can change at runtime.
+func serverStateFile(cfg *config.Config) string {
+	if cfg.Template != "" || cfg.ServerSlots == 0 {
+		return ""
+	}
+	return filepath.Join(cfg.StateDir, "server-state")
 }
 
 // discovery is the discovery half of serve: it owns the applier and the
@@ -78,15 +89,23 @@ type discovery struct {
 // SEAMLESS_STATE_DIR/haproxy.cfg, which cl is pointed at. The reloader is
 // given later, once it exists.
 func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.CommandLine, validate func(context.Context, string) error,
-	reloader func() *reload.Reloader, m *metrics.Metrics, log *slog.Logger) (*discovery, error) {
+	reloader func() *reload.Reloader, cli *haproxy.MasterCLI, m *metrics.Metrics, log *slog.Logger) (*discovery, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return nil, fmt.Errorf("SEAMLESS_STATE_DIR: %w", err)
+	}
+	stateFile := serverStateFile(cfg)
+	if stateFile != "" {
+		// A new master starts from the file alone: runtime state of an
+		// earlier run must not come back.
+		if err := apply.WriteFile(stateFile, []byte("1\n"), 0o640); err != nil {
+			return nil, fmt.Errorf("SEAMLESS_STATE_DIR: %w", err)
+		}
 	}
 	sources, err := newSources(cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	a, err := apply.New(apply.Options{
+	opts := apply.Options{
 		Sources:      sources,
 		NewRenderer:  rendererFactory(cfg, log),
 		Path:         cl.ConfigFiles[0],
@@ -97,9 +116,14 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 		Reload: func(ctx context.Context, reason string) (reload.Outcome, error) {
 			return reloader().Do(ctx, reason)
 		},
-		Metrics: m,
-		Log:     log,
-	})
+		StateFile: stateFile,
+		Metrics:   m,
+		Log:       log,
+	}
+	if stateFile != "" {
+		opts.Runtime = haproxy.Runtime{CLI: cli}
+	}
+	a, err := apply.New(opts)
 	if err != nil {
 		return nil, err
 	}

@@ -129,7 +129,8 @@ func (r *discoveryRig) eventuallyServedBy(t *testing.T, host string, want ...str
 	t.Helper()
 	var last map[string]int
 	ok := false
-	deadline := time.Now().Add(15 * time.Second)
+	// Long enough for a Consul source that backs off (at most 10 s).
+	deadline := time.Now().Add(25 * time.Second)
 	for time.Now().Before(deadline) {
 		last = servedBy(r.http, host, 12)
 		if len(last) == len(want) {

@@ -70,7 +70,8 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 		validate := func(ctx context.Context, cand string) error {
 			return candidateValidator(checker, cl.ConfigFiles[0])(ctx, cand)
 		}
-		disc, err = startDiscovery(ctx, cfg, cl, validate, func() *reload.Reloader { return rl }, m, log)
+		disc, err = startDiscovery(ctx, cfg, cl, validate, func() *reload.Reloader { return rl },
+			haproxy.NewMasterCLI(cl.MasterSocket), m, log)
 		if err != nil {
 			log.Error("discovery cannot start", "err", err)
 			return exitUsage

@@ -50,9 +50,15 @@ type Options struct {
 	// of Path (haproxy -c).
 	Validate func(ctx context.Context, path string) error
 	// Reload reloads HAProxy and reports the outcome (reload.Reloader.Do).
-	Reload  func(ctx context.Context, reason string) (reload.Outcome, error)
-	Metrics *metrics.Metrics
-	Log     *slog.Logger
+	Reload func(ctx context.Context, reason string) (reload.Outcome, error)
+	// Runtime, when set, applies renderings that differ only in their
+	// server slots without a reload.
+	Runtime Runtime
+	// StateFile, when set, receives the servers' runtime state before
+	// every reload (the template's server-state-file).
+	StateFile string
+	Metrics   *metrics.Metrics
+	Log       *slog.Logger
 }
 
 // Applier runs the pipeline. Start it, start HAProxy on Path, then Run.
@@ -68,11 +74,13 @@ type Applier struct {
 	latest   map[string]model.Snapshot
 	fresh    map[string]bool // answered since start (not from disk)
 	wanted   []model.Query
-	running  []byte        // the bytes of Path, which HAProxy runs
-	applied  model.Catalog // the local catalog behind running
-	refused  [32]byte      // hash of the last candidate HAProxy or -c refused
-	skipped  string        // the last rendering's skips, logged when they change
-	reasons  []string      // sources changed since the last apply
+	running  []byte           // the bytes of Path, which HAProxy runs
+	runRend  *model.Rendering // the rendering behind running, when known
+	recheck  time.Time        // when the state must be rendered again
+	applied  model.Catalog    // the local catalog behind running
+	refused  [32]byte         // hash of the last candidate HAProxy or -c refused
+	skipped  string           // the last rendering's skips, logged when they change
+	reasons  []string         // sources changed since the last apply
 
 	ready atomic.Pointer[error]
 }
@@ -245,6 +253,7 @@ func (a *Applier) first(ctx context.Context, complete bool) error {
 		return err
 	}
 	a.applied = st.Local()
+	a.runRend, a.recheck = &rend, rend.Recheck
 	a.countDiscovered()
 	a.opts.Metrics.LastApply.SetToCurrentTime()
 	if complete && len(rend.Missing) == 0 {
@@ -258,10 +267,24 @@ func (a *Applier) first(ctx context.Context, complete bool) error {
 // Run applies changes until ctx ends.
 func (a *Applier) Run(ctx context.Context) {
 	d := newDebouncer(a.opts.Wait)
+	recheck := time.NewTimer(time.Hour)
+	recheck.Stop()
+	var due time.Time
 	for {
+		if !a.recheck.Equal(due) {
+			due = a.recheck
+			recheck.Stop()
+			if !due.IsZero() {
+				recheck.Reset(max(time.Until(due), 0))
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
+		case <-recheck.C:
+			due, a.recheck = time.Time{}, time.Time{}
+			a.reasons = append(a.reasons, "drain finished")
+			a.apply(ctx, false)
 		case s := <-a.in:
 			if a.take(s) {
 				a.reasons = append(a.reasons, s.Source)
@@ -361,8 +384,10 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 		a.log.Debug("waiting for data the template needs", "missing", queryList(rend.Missing))
 		return
 	}
+	a.recheck = rend.Recheck
 	change := Change(a.applied, st.Local())
 	if bytes.Equal(rend.Config, a.running) && !force {
+		a.runRend = &rend
 		a.applied = st.Local()
 		a.countDiscovered()
 		a.markApplied()
@@ -375,6 +400,25 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 		a.log.Debug("configuration already refused, waiting for a different one", "why", why)
 		return
 	}
+	if a.runtimeApplies(rend, force) {
+		err := a.runtime(ctx, rend)
+		if err == nil {
+			a.applied = st.Local()
+			a.countDiscovered()
+			a.markApplied()
+			m.Applies.WithLabelValues(metrics.Runtime).Inc()
+			m.RuntimeUpdates.WithLabelValues(metrics.Success).Inc()
+			a.log.Info("applied over the runtime API, no reload", "why", why, "change", change,
+				"duration", time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		m.RuntimeUpdates.WithLabelValues(metrics.Failure).Inc()
+		a.log.Warn("runtime update failed; reloading instead", "why", why, "change", change, "err", err)
+	}
+	a.saveServerState(ctx, rend)
 	previous := a.running
 	if !bytes.Equal(rend.Config, a.running) {
 		if err := a.write(ctx, rend.Config); err != nil {
@@ -405,10 +449,58 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 		return
 	}
 	a.applied = st.Local()
+	a.runRend = &rend
 	a.countDiscovered()
 	a.markApplied()
 	m.Applies.WithLabelValues(metrics.Reloaded).Inc()
 	a.log.Info("applied with a reload", "why", why, "change", change, "duration", time.Since(start).Round(time.Millisecond))
+}
+
+// runtimeApplies: rend differs from what runs only in its server slots.
+func (a *Applier) runtimeApplies(rend model.Rendering, force bool) bool {
+	return !force && a.opts.Runtime != nil && a.runRend != nil && len(rend.Servers) > 0 &&
+		len(rend.Structure) > 0 && bytes.Equal(rend.Structure, a.runRend.Structure)
+}
+
+// runtime changes the slots over the runtime API, checks that HAProxy
+// runs them, and writes the file, so that a later reload changes nothing.
+func (a *Applier) runtime(ctx context.Context, rend model.Rendering) error {
+	cmds, err := plan(a.runRend.Servers, rend.Servers)
+	if err != nil {
+		return err
+	}
+	if err := a.opts.Runtime.Apply(ctx, cmds); err != nil {
+		return err
+	}
+	_, states, err := a.opts.Runtime.ServersState(ctx)
+	if err != nil {
+		return err
+	}
+	if err := verify(rend.Servers, states); err != nil {
+		return err
+	}
+	if err := WriteFile(a.opts.Path, rend.Config, 0o640); err != nil {
+		return fmt.Errorf("HAProxy runs the change, but the file could not follow: %w", err)
+	}
+	a.running, a.runRend = rend.Config, &rend
+	a.log.Debug("runtime commands", "commands", strings.Join(cmds, "; "))
+	return nil
+}
+
+// saveServerState keeps the servers' runtime state for the next worker.
+func (a *Applier) saveServerState(ctx context.Context, next model.Rendering) {
+	if a.opts.StateFile == "" || a.opts.Runtime == nil {
+		return
+	}
+	state := "1\n"
+	if raw, _, err := a.opts.Runtime.ServersState(ctx); err == nil {
+		state = keepState(raw, next.Servers)
+	} else {
+		a.log.Warn("cannot save the servers' runtime state; the new worker starts from the file", "err", err)
+	}
+	if err := WriteFile(a.opts.StateFile, []byte(state), 0o640); err != nil {
+		a.log.Warn("cannot write the server-state file", "path", a.opts.StateFile, "err", err)
+	}
 }
 
 // markApplied: a complete rendering runs; ready once every source has

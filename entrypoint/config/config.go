@@ -47,6 +47,8 @@ type Config struct {
 	ConsulHealth     string        `envconfig:"CONSUL_HEALTH" default:"passing" desc:"Instances that receive traffic, by health: passing, passing,warning, or any. Also the default filter of the template function 'service'."`
 	ConsulTag        string        `envconfig:"CONSUL_TAG" desc:"Source 'consul': only instances carrying this tag are discovered. Empty: all. Consul's own variables (CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE, CONSUL_CACERT, ...) configure the connection."`
 	ConsulDatacenter string        `envconfig:"CONSUL_DATACENTER" desc:"Source 'consul': the datacenter to read. Empty: the agent's own."`
+	ServerSlots      int           `envconfig:"SERVER_SLOTS" default:"8" desc:"Built-in template: least number of server slots per backend. Instances joining, leaving, changing address, weight or health are applied over HAProxy's runtime API without a reload while they fit; a backend that outgrows its slots gets twice as many with one reload. 0: every change reloads."`
+	DrainTimeout     time.Duration `envconfig:"DRAIN_TIMEOUT" default:"10s" desc:"Built-in template: how long a removed instance keeps its in-flight requests (HAProxy drain state) before its slot is freed."`
 	ConsulStale      bool          `envconfig:"CONSUL_STALE" default:"false" desc:"Source 'consul': allow stale reads from any Consul server instead of the leader; spreads the load of many load-balancer replicas."`
 }
 
@@ -157,6 +159,12 @@ func (c *Config) validate() error {
 			bad("SOURCES", "source %q is listed twice", src)
 		}
 		seen[src] = true
+	}
+	if c.ServerSlots < 0 || c.ServerSlots > 4096 {
+		bad("SERVER_SLOTS", "%d is outside 0–4096", c.ServerSlots)
+	}
+	if c.DrainTimeout < 0 {
+		bad("DRAIN_TIMEOUT", "%s must not be negative", c.DrainTimeout)
 	}
 	if !filepath.IsAbs(c.StateDir) {
 		bad("STATE_DIR", "%q is not an absolute path", c.StateDir)

@@ -33,10 +33,12 @@ type Metrics struct {
 	LastApply       prometheus.Gauge
 	Discovered      *prometheus.GaugeVec
 	SourceSnapshots *prometheus.CounterVec
+	RuntimeUpdates  *prometheus.CounterVec
 }
 
 // Results of applying a rendered configuration.
 const (
+	Runtime   = "runtime"   // membership changed over the runtime API, no reload
 	Reloaded  = "reloaded"  // written, validated and reloaded
 	Unchanged = "unchanged" // the same bytes as what runs
 	Refused   = "refused"   // the template or validation failed; nothing changed
@@ -86,7 +88,7 @@ func New() *Metrics {
 		}),
 		Applies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seamless_config_applies_total",
-			Help: "Rendered configurations by what became of them: reloaded, unchanged, refused (template or validation error), failed (HAProxy did not take it).",
+			Help: "Rendered configurations by what became of them: runtime (membership over the runtime API), reloaded, unchanged, refused (template or validation error), failed (HAProxy did not take it).",
 		}, []string{"result"}),
 		LastApply: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "seamless_last_apply_timestamp_seconds",
@@ -96,20 +98,26 @@ func New() *Metrics {
 			Name: "seamless_discovered",
 			Help: "Services and instances (any health) in the merged local catalog at the last render, by kind.",
 		}, []string{"kind"}),
+		RuntimeUpdates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seamless_runtime_updates_total",
+			Help: "Membership changes applied over HAProxy's runtime API without a reload, by result; a failure falls back to a reload.",
+		}, []string{"result"}),
 		SourceSnapshots: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seamless_source_snapshots_total",
 			Help: "Snapshots received from each discovery source.",
 		}, []string{"source"}),
 	}
-	for _, r := range []string{Reloaded, Unchanged, Refused, Failed} {
+	for _, r := range []string{Runtime, Reloaded, Unchanged, Refused, Failed} {
 		m.Applies.WithLabelValues(r)
 	}
+	m.RuntimeUpdates.WithLabelValues(Success)
+	m.RuntimeUpdates.WithLabelValues(Failure)
 	m.Reloads.WithLabelValues(Success)
 	m.Reloads.WithLabelValues(Failure)
 	m.Registry.MustRegister(
 		m.Reloads, m.ReloadDuration, m.ReloadRequests, m.ReloadsCoalesced, m.ConfigErrors,
 		m.SocketTransferFailures, m.Workers, m.LastReloadSuccess, m.HAProxyUp,
-		m.Applies, m.LastApply, m.Discovered, m.SourceSnapshots,
+		m.Applies, m.LastApply, m.Discovered, m.SourceSnapshots, m.RuntimeUpdates,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

@@ -63,7 +63,7 @@
 // # Delivery
 //
 // Each watch keeps the last good answer to its query. A failing request is
-// retried with exponential backoff and jitter (250 ms up to 30 s, reset by a
+// retried with exponential backoff and jitter (250 ms up to 10 s, reset by a
 // success) and never removes data from a snapshot. Run sends a snapshot
 // whenever the answers change, coalescing: a slow consumer gets only the
 // newest state, and no watch ever waits for it. Index handling follows

@@ -301,7 +301,7 @@ func TestRetriesBackOffExponentiallyAndResetOnSuccess(t *testing.T) {
 		cancel()
 		src.wg.Wait()
 
-		bound := func(attempt int) time.Duration { return min(250*time.Millisecond<<attempt, 30*time.Second) }
+		bound := func(attempt int) time.Duration { return min(250*time.Millisecond<<attempt, 10*time.Second) }
 		expect := []time.Duration{}
 		for i := range 10 {
 			expect = append(expect, bound(i))

@@ -96,7 +96,7 @@ type backoff struct {
 	attempt  int
 }
 
-func newBackoff() *backoff { return &backoff{min: 250 * time.Millisecond, max: 30 * time.Second} }
+func newBackoff() *backoff { return &backoff{min: 250 * time.Millisecond, max: 10 * time.Second} }
 
 func (b *backoff) next() time.Duration {
 	d := b.max

@@ -1,0 +1,87 @@
+package apply
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/seamless-lb/seamless/entrypoint/haproxy"
+	"github.com/seamless-lb/seamless/entrypoint/model"
+)
+
+func sl(server, inst, addr string, port, weight int, state string) model.ServerSlot {
+	return model.ServerSlot{Backend: "http-web", Server: server, Instance: inst, Address: addr, Port: port, Weight: weight, State: state}
+}
+
+func free(server string) model.ServerSlot { return sl(server, "", "", 0, 1, model.SlotMaint) }
+
+func TestPlan(t *testing.T) {
+	from := []model.ServerSlot{sl("s1", "a", "10.0.0.1", 80, 1, model.SlotReady), sl("s2", "b", "10.0.0.2", 80, 1, model.SlotReady), free("s3")}
+	for _, tc := range []struct {
+		name    string
+		to      []model.ServerSlot
+		want    []string
+		wantErr string
+	}{
+		{"nothing changed", from, nil, ""},
+		{"an instance takes a free slot", []model.ServerSlot{from[0], from[1], sl("s3", "c", "10.0.0.3", 8080, 2, model.SlotReady)},
+			[]string{"set server http-web/s3 addr 10.0.0.3 port 8080", "set server http-web/s3 weight 2",
+				"set server http-web/s3 state ready", "set server http-web/s3 health up"}, ""},
+		{"a removed instance drains, a drained one is freed", []model.ServerSlot{sl("s1", "a", "10.0.0.1", 80, 1, model.SlotDrain), free("s2"), free("s3")},
+			[]string{"set server http-web/s1 state drain", "set server http-web/s2 state maint"}, ""},
+		{"a weight changes", []model.ServerSlot{sl("s1", "a", "10.0.0.1", 80, 7, model.SlotReady), from[1], from[2]},
+			[]string{"set server http-web/s1 weight 7"}, ""},
+		{"a DNS name needs a reload", []model.ServerSlot{from[0], from[1], sl("s3", "c", "web.internal", 80, 1, model.SlotReady)},
+			nil, "only IP addresses"},
+		{"more slots need a reload", append(slices.Clone(from), free("s4")), nil, "slots differ"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := plan(from, tc.to)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got, tc.want) {
+				t.Errorf("plan = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestVerify(t *testing.T) {
+	want := []model.ServerSlot{sl("s1", "a", "10.0.0.1", 80, 2, model.SlotReady), sl("s2", "b", "10.0.0.2", 80, 1, model.SlotDrain), free("s3")}
+	ok := []haproxy.ServerState{
+		{Backend: "http-web", Server: "s1", Address: "10.0.0.1", Port: 80, Weight: 2, Admin: 4}, // configured disabled, set ready
+		{Backend: "http-web", Server: "s2", Address: "10.0.0.2", Port: 80, Weight: 1, Admin: 8},
+		{Backend: "http-web", Server: "s3", Address: "127.0.0.1", Port: 1, Weight: 1, Admin: 5},
+	}
+	if err := verify(want, ok); err != nil {
+		t.Errorf("matching state refused: %v", err)
+	}
+	wrongPort := slices.Clone(ok)
+	wrongPort[0].Port = 81
+	stillReady := slices.Clone(ok)
+	stillReady[1].Admin = 0
+	for name, got := range map[string][]haproxy.ServerState{"wrong port": wrongPort, "drain not applied": stillReady, "server missing": ok[1:]} {
+		if err := verify(want, got); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestKeepStateCarriesOnlyUnmovedServers(t *testing.T) {
+	raw := "1\n# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_port\n" +
+		"2 http-web 1 s1 10.0.0.1 2 8 1 1 80\n" + // draining, keeps its instance
+		"2 http-web 2 s2 10.0.0.2 2 0 5 1 80\n" + // ready, its slot now holds another instance
+		"2 http-web 3 s3 10.0.0.3 2 0 1 1 80\n" // freed
+	next := []model.ServerSlot{sl("s1", "a", "10.0.0.1", 80, 1, model.SlotDrain), sl("s2", "x", "10.0.0.9", 80, 1, model.SlotReady), free("s3")}
+	got := keepState(raw, next)
+	if !strings.Contains(got, " s1 ") || strings.Contains(got, " s2 ") || strings.Contains(got, " s3 ") {
+		t.Errorf("kept:\n%s\nwant s1 only", got)
+	}
+	if !strings.HasPrefix(got, "1\n# be_id") {
+		t.Errorf("kept state lost its header:\n%s", got)
+	}
+}
