@@ -78,10 +78,12 @@
 // containers joining or leaving the network. Any such event of a labelled
 // container triggers a full re-list, after a short settle that lets a
 // burst (`docker compose up`) share one; events are never applied one by
-// one, so none can be applied out of order. The event stream is opened
-// before each list, so no change falls between the two. Every
-// Config.Rescan (30 s by default) every container is listed again anyway,
-// as a backstop for an event the stream lost.
+// one, so none can be applied out of order. Run subscribes to the events
+// before it lists (and again, then lists again, whenever the stream ends),
+// so no change falls between the two. Every Config.Rescan (30 s by
+// default) every container is listed again anyway, as a backstop for an
+// event the stream lost. A re-list costs one request plus one per
+// labelled container.
 //
 // # The engine
 //

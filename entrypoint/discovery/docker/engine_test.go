@@ -296,3 +296,20 @@ func TestCancelReturnsPromptly(t *testing.T) {
 		})
 	}
 }
+
+// A reader that does not read gets, when it reads, the newest snapshot and
+// none of those before it.
+func TestSlowReaderGetsOnlyTheNewest(t *testing.T) {
+	f := newFakeEngine(t)
+	f.set(func(f *fakeEngine) { f.containers = []container.InspectResponse{inspected("seamless.port=80")} })
+	r := start(t, f.config(20*time.Millisecond), "")
+	testenv.Eventually(t, wait, "listed", func() bool { return r.logs.count("Docker containers listed") == 1 })
+	for i, port := range []string{"81", "82", "83"} {
+		f.set(func(f *fakeEngine) { f.containers = []container.InspectResponse{inspected("seamless.port=" + port)} })
+		testenv.Eventually(t, wait, "the change is listed", func() bool { return r.logs.count("service changed") == i+1 })
+	}
+	if got := summary(r.next(t), ""); got != "shop-web-1:83" {
+		t.Errorf("the slow reader got %q first", got)
+	}
+	r.quiet(t, "after the newest")
+}
