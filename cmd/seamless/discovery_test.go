@@ -19,7 +19,7 @@ import (
 )
 
 // namedBackend answers its name on every path: the test sees which
-// instance served a request.
+// instance served a request. ?slow=N answers after N milliseconds.
 func namedBackend(t *testing.T, name string) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -27,6 +27,13 @@ func namedBackend(t *testing.T, name string) int {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ms, err := strconv.Atoi(r.URL.Query().Get("slow")); err == nil {
+			select {
+			case <-time.After(time.Duration(ms) * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		}
 		io.WriteString(w, name+"\n")
 	})}
 	go srv.Serve(ln)

@@ -364,3 +364,79 @@ func TestASnapshotThatAnswersNothingKeepsTheSavedData(t *testing.T) {
 		t.Error("ready although Consul answered nothing")
 	}
 }
+
+// slotLines renders one slot per instance, two slots in all, and the
+// structure is the slot count: membership alone fits the runtime path.
+type slotLines struct{}
+
+func (slotLines) Render(st model.State) (model.Rendering, error) {
+	r := model.Rendering{Queries: []model.Query{model.LocalCatalog}, Structure: []byte("two slots")}
+	var b strings.Builder
+	insts := st.Local().Instances
+	for i := range 2 {
+		s := model.ServerSlot{Backend: "web", Server: fmt.Sprintf("s%d", i+1), Weight: 1, State: model.SlotMaint}
+		if i < len(insts) {
+			s.Instance, s.Address, s.Port, s.State = insts[i].ID, insts[i].Address, insts[i].Port, model.SlotReady
+		}
+		r.Servers = append(r.Servers, s)
+		fmt.Fprintf(&b, "server %s %s:%d %s\n", s.Server, s.Address, s.Port, s.State)
+	}
+	r.Config = []byte(b.String())
+	return r, nil
+}
+
+type fakeRuntime struct {
+	mu    sync.Mutex
+	fail  error
+	cmds  []string
+	state []haproxy.ServerState
+}
+
+func (f *fakeRuntime) Apply(_ context.Context, cmds []string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return f.fail
+	}
+	f.cmds = append(f.cmds, cmds...)
+	return nil
+}
+
+func (f *fakeRuntime) ServersState(context.Context) (string, []haproxy.ServerState, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return "1\n", f.state, nil
+}
+
+func TestMembershipChangesGoOverTheRuntimeAPIAndFallBackToAReload(t *testing.T) {
+	src := newSource("consul")
+	r := newRig(t, t.TempDir(), slotLines{}, src)
+	rt := &fakeRuntime{state: []haproxy.ServerState{
+		{Backend: "web", Server: "s1", Address: "10.0.0.1", Port: 80, Weight: 1},
+		{Backend: "web", Server: "s2", Address: "10.0.0.2", Port: 80, Weight: 1},
+	}}
+	r.a.opts.Runtime = rt
+	src.send("web=10.0.0.1")
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	r.run(t)
+	src.send("web=10.0.0.1", "web=10.0.0.2")
+	testenv.Eventually(t, 5*time.Second, "applied over the runtime API", func() bool {
+		return testutil.ToFloat64(r.m.RuntimeUpdates.WithLabelValues(metrics.Success)) == 1
+	})
+	if r.reloadCount() != 0 || !strings.Contains(r.file(t), "s2 10.0.0.2:80 ready") {
+		t.Errorf("%d reloads, file %q", r.reloadCount(), r.file(t))
+	}
+	rt.mu.Lock()
+	rt.fail = errors.New("dial unix master.sock: no such file")
+	rt.mu.Unlock()
+	src.send("web=10.0.0.1")
+	testenv.Eventually(t, 5*time.Second, "a failed runtime update reloads instead", func() bool { return r.reloadCount() == 1 })
+	if v := testutil.ToFloat64(r.m.RuntimeUpdates.WithLabelValues(metrics.Failure)); v != 1 {
+		t.Errorf("runtime failures = %v, want 1", v)
+	}
+	if !strings.Contains(r.file(t), "s2 :0 maint") {
+		t.Errorf("file %q after the fallback reload", r.file(t))
+	}
+}

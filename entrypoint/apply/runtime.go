@@ -94,10 +94,10 @@ func verify(want []model.ServerSlot, got []haproxy.ServerState) error {
 }
 
 // keepState filters a saved `show servers state` for the next worker: only
-// the servers whose address and port the new configuration keeps carry
-// their runtime state (a drain, a weight an operator set) over. A slot
-// that now holds another instance must start as the file says, not as the
-// old worker ran it.
+// servers that keep their address, port and state (ready, or draining)
+// carry their runtime state (a drain, a weight an operator set) over. A
+// slot that now holds another instance, or the same instance again after
+// it was drained and freed, must start as the file says.
 func keepState(raw string, next []model.ServerSlot) string {
 	keep := map[string]model.ServerSlot{}
 	for _, s := range next {
@@ -122,7 +122,7 @@ func keepState(raw string, next []model.ServerSlot) string {
 		s := states[i]
 		i++
 		n, ok := keep[slotKey(s.Backend, s.Server)]
-		if ok && n.Address == s.Address && n.Port == s.Port && n.State != model.SlotMaint {
+		if ok && n.Address == s.Address && n.Port == s.Port && n.State != model.SlotMaint && s.Mode() == n.State {
 			b.WriteString(line + "\n")
 		}
 	}

@@ -75,10 +75,12 @@ func TestKeepStateCarriesOnlyUnmovedServers(t *testing.T) {
 	raw := "1\n# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_port\n" +
 		"2 http-web 1 s1 10.0.0.1 2 8 1 1 80\n" + // draining, keeps its instance
 		"2 http-web 2 s2 10.0.0.2 2 0 5 1 80\n" + // ready, its slot now holds another instance
-		"2 http-web 3 s3 10.0.0.3 2 0 1 1 80\n" // freed
-	next := []model.ServerSlot{sl("s1", "a", "10.0.0.1", 80, 1, model.SlotDrain), sl("s2", "x", "10.0.0.9", 80, 1, model.SlotReady), free("s3")}
+		"2 http-web 3 s3 10.0.0.3 2 0 1 1 80\n" + // freed
+		"2 http-web 4 s4 10.0.0.4 2 1 1 1 80\n" // drained and freed; its instance is back
+	next := []model.ServerSlot{sl("s1", "a", "10.0.0.1", 80, 1, model.SlotDrain), sl("s2", "x", "10.0.0.9", 80, 1, model.SlotReady),
+		free("s3"), sl("s4", "d", "10.0.0.4", 80, 1, model.SlotReady)}
 	got := keepState(raw, next)
-	if !strings.Contains(got, " s1 ") || strings.Contains(got, " s2 ") || strings.Contains(got, " s3 ") {
+	if !strings.Contains(got, " s1 ") || strings.Contains(got, " s2 ") || strings.Contains(got, " s3 ") || strings.Contains(got, " s4 ") {
 		t.Errorf("kept:\n%s\nwant s1 only", got)
 	}
 	if !strings.HasPrefix(got, "1\n# be_id") {
