@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
@@ -44,8 +45,9 @@ const (
 
 // Check IDs of the checks an instance can carry.
 const (
-	CheckHealth = "docker-health" // the container's HEALTHCHECK, when it has one
-	CheckPaused = "docker-paused" // present while the container is paused
+	CheckHealth   = "docker-health"   // the container's HEALTHCHECK, when it has one
+	CheckPaused   = "docker-paused"   // present while the container is paused
+	CheckStopping = "docker-stopping" // present from a stop signal until the container exits
 )
 
 // shortIDLen is the length of the IDs `docker ps` shows.
@@ -80,11 +82,12 @@ type note struct {
 }
 
 // convert turns one inspected container into an instance of its service.
-// network is Config.Network. Labels are carried as they are (validating
-// them is the renderer's job); convert only needs the port and the
-// address to be usable, and never panics on odd input (convertSafely
-// makes sure).
-func convert(c container.InspectResponse, netName string) converted {
+// network is Config.Network; k is the last signal the engine sent the
+// container, if any, and now the time to judge it by. Labels are carried
+// as they are (validating them is the renderer's job); convert only needs
+// the port and the address to be usable, and never panics on odd input
+// (convertSafely makes sure).
+func convert(c container.InspectResponse, netName string, k *kill, now time.Time) converted {
 	r := converted{id: c.ID, name: strings.TrimPrefix(c.Name, "/")}
 	if c.Config == nil || c.State == nil {
 		r.skip = "the engine's answer has no configuration or state for it"
@@ -129,20 +132,27 @@ func convert(c container.InspectResponse, netName string) converted {
 		}
 	}
 	r.notes = append(r.notes, health(c.State, in)...)
+	if k != nil && k.stops(c, now) {
+		in.Checks = append(in.Checks, model.Check{CheckID: CheckStopping, Name: "Docker stop", Status: model.StatusMaintenance,
+			Notes: "the container is stopping (" + signalName(k.signal) + ")", ServiceID: in.ID, ServiceName: in.Name})
+		in.Status = worst(in.Checks)
+		r.notes = append(r.notes, note{msg: fmt.Sprintf("container stopping (%s); reported in maintenance, so that no new request reaches it while it drains",
+			signalName(k.signal))})
+	}
 	r.instance = in
 	return r
 }
 
 // convertSafely is convert that turns a panic into a skipped container: a
 // bug here must not take PID 1, and HAProxy with it, down.
-func convertSafely(c container.InspectResponse, network string) (r converted) {
+func convertSafely(c container.InspectResponse, network string, k *kill, now time.Time) (r converted) {
 	defer func() {
 		if p := recover(); p != nil {
 			r = converted{id: c.ID, name: strings.TrimPrefix(c.Name, "/"),
 				skip: fmt.Sprintf("reading it failed (%v); please report this with `docker inspect` of the container", p)}
 		}
 	}()
-	return convert(c, network)
+	return convert(c, network, k, now)
 }
 
 // serviceName is the seamless.service label, else Compose's service, else

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
@@ -322,7 +323,7 @@ func TestConvert(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := convertSafely(tc.c, tc.network)
+			r := convertSafely(tc.c, tc.network, nil, time.Time{})
 			if r.id != tc.c.ID || r.name != strings.TrimPrefix(tc.c.Name, "/") {
 				t.Errorf("id %q, name %q", r.id, r.name)
 			}
@@ -380,7 +381,7 @@ func FuzzConvert(f *testing.F) {
 		c.Config.Labels[LabelPort] = port
 		c.Config.Labels[LabelService] = service
 		c.Config.Labels[LabelWeight] = weight
-		r := convert(c, "")
+		r := convert(c, "", nil, time.Now())
 		if r.instance == nil {
 			if r.skip == "" {
 				t.Fatal("left out without a reason")

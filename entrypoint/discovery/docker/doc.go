@@ -67,7 +67,13 @@
 // unhealthy it is critical, with a check docker-health saying so, and the
 // log says so once: the health filter (passing by default) leaves it out
 // of HAProxy until the check passes. A paused container is in maintenance
-// (check docker-paused). Containers that are not running are not listed.
+// (check docker-paused). So is a container being stopped (check
+// docker-stopping), from the engine's kill event with SIGTERM, SIGINT,
+// SIGQUIT, SIGKILL or its own stop signal until it exits: it still runs
+// while it drains, and HAProxy sends it no new request meanwhile, which a
+// lossless `docker compose up --scale web=1` needs. One still running
+// well past its stop timeout (it ignored a `docker kill -s TERM`) is
+// routed again. Containers that are not running are not listed.
 //
 // # Watching
 //

@@ -156,6 +156,7 @@ func (s *Source) Run(ctx context.Context, out chan<- model.Snapshot) {
 		sent     *model.Catalog  // last taken; nil before the first
 		ev       *stream         // nil while not subscribed
 		known    = map[string]bool{}
+		kills    = map[string]kill{} // the last signal of each listed container
 		listBO   = newBackoff(s.rescan)
 		streamBO = newBackoff(s.rescan)
 		settling bool
@@ -187,6 +188,9 @@ func (s *Source) Run(ctx context.Context, out chan<- model.Snapshot) {
 				continue
 			}
 			s.log.Debug("Docker event", "type", string(m.Type), "action", string(m.Action), "id", shortID(m.Actor.ID))
+			if k, ok := killOf(m); ok {
+				kills[m.Actor.ID] = k
+			}
 			if !settling {
 				settling = true
 				settleT.Reset(settle)
@@ -214,7 +218,7 @@ func (s *Source) Run(ctx context.Context, out chan<- model.Snapshot) {
 		if ev == nil {
 			ev = s.subscribe(ctx)
 		}
-		found, err := s.list(ctx)
+		found, err := s.list(ctx, kills)
 		if ctx.Err() != nil {
 			return
 		}
@@ -240,6 +244,11 @@ func (s *Source) Run(ctx context.Context, out chan<- model.Snapshot) {
 		s.listed(ev != nil)
 		cat, ids := tr.update(found)
 		known = ids
+		for id := range kills {
+			if !ids[id] {
+				delete(kills, id) // exited: its stop is over
+			}
+		}
 		if sent != nil && reflect.DeepEqual(cat, sent) {
 			pending = nil // the reader has it already
 		} else {

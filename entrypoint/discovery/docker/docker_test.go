@@ -266,3 +266,41 @@ func TestDockerHost(t *testing.T) {
 		t.Errorf("host %q, want %q", r.host, want)
 	}
 }
+
+// `docker stop` of a container that drains: it is in maintenance from the
+// stop signal on, while it still runs (a container that has exited is not
+// listed, so the maintenance snapshot can only come from the signal), and
+// gone once it exits. A SIGHUP changes nothing.
+func TestStopDrains(t *testing.T) {
+	l := newLab(t)
+	net := l.network("net")
+	id := l.run("x", box{network: net, labels: enabled(), drain: "5s"})
+	p := newProxy(t, l.c)
+	r := start(t, p.config(net, time.Hour), l.prefix)
+	r.until(t, "x:8080")
+
+	ctx := context.Background()
+	if _, err := l.c.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "HUP"}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, wait, "the SIGHUP seen", func() bool {
+		return r.logs.count("Docker event", "action=kill", "id="+id[:12]) == 1
+	})
+	before := r.Status().LastSuccess
+	testenv.Eventually(t, wait, "listed again", func() bool { return r.Status().LastSuccess.After(before) })
+	r.quiet(t, "after a SIGHUP")
+
+	stopped := make(chan error, 1)
+	go func() {
+		_, err := l.c.ContainerStop(ctx, id, client.ContainerStopOptions{})
+		stopped <- err
+	}()
+	s := r.until(t, "x:8080(maintenance)")
+	if c := find(s, l.prefix+"x").Checks; len(c) != 1 || c[0].Notes != "the container is stopping (SIGTERM)" {
+		t.Errorf("checks %+v", c)
+	}
+	r.until(t, "")
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+}

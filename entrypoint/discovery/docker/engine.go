@@ -21,7 +21,7 @@ import (
 // converts each. A container removed between the list and its inspect is
 // left out; any other failure fails the whole re-list, so that a partial
 // answer never replaces a whole one.
-func (s *Source) list(ctx context.Context) ([]converted, error) {
+func (s *Source) list(ctx context.Context, kills map[string]kill) ([]converted, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	res, err := s.cli.ContainerList(ctx, client.ContainerListOptions{
@@ -39,7 +39,11 @@ func (s *Source) list(ctx context.Context) ([]converted, error) {
 		case err != nil:
 			return nil, fmt.Errorf("inspecting container %s: %w", shortID(c.ID), err)
 		}
-		out = append(out, convertSafely(in.Container, s.network))
+		var k *kill
+		if kl, ok := kills[c.ID]; ok {
+			k = &kl
+		}
+		out = append(out, convertSafely(in.Container, s.network, k, time.Now()))
 	}
 	return out, nil
 }

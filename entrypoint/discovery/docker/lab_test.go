@@ -190,6 +190,7 @@ type box struct {
 	labels  map[string]string
 	ports   []string
 	exit    string // the healthcheck's exit status; "": no healthcheck
+	drain   string // how long it goes on serving after SIGTERM
 }
 
 // enabled is the opt-in label with more label=value pairs.
@@ -208,6 +209,9 @@ func (l *lab) run(name string, b box) string {
 		b.ports = []string{"8080"}
 	}
 	cfg := &container.Config{Image: l.image, Cmd: b.ports, Labels: b.labels, ExposedPorts: network.PortSet{}}
+	if b.drain != "" {
+		cfg.Cmd = append([]string{"drain=" + b.drain}, b.ports...)
+	}
 	for _, p := range b.ports {
 		cfg.ExposedPorts[network.MustParsePort(p+"/tcp")] = struct{}{}
 	}

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/seamless-lb/seamless/entrypoint/routes"
 )
@@ -17,7 +18,7 @@ func TestTagsAreWhatRoutesReads(t *testing.T) {
 	}
 	c := inspected("seamless.http.host=A.example, *.b.example", "seamless.http.path=/api/,/v2", "seamless.tcp.port=5432",
 		"seamless.service=web", "seamless.port=8080", "seamless.weight=3", "seamless.http.hots=typo.example")
-	r := convert(c, "")
+	r := convert(c, "", nil, time.Now())
 	if r.instance == nil {
 		t.Fatal(r.skip)
 	}

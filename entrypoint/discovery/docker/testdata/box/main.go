@@ -1,6 +1,8 @@
 // Command box is the process of the docker source's test containers, in an
 // image FROM scratch: `box 8080 9090` answers "ok" on each TCP port until
-// SIGTERM, and `box exit N` exits with status N, for healthchecks.
+// SIGTERM (and `box drain=5s 8080` goes on answering for 5s after it, as a
+// draining server does); SIGHUP is ignored. `box exit N` exits with status
+// N, for healthchecks.
 package main
 
 import (
@@ -11,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -27,7 +30,18 @@ func main() {
 	// `docker stop` is immediate.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	ports := os.Args[1:]
+	signal.Ignore(syscall.SIGHUP)
+	var (
+		ports []string
+		drain time.Duration
+	)
+	for _, a := range os.Args[1:] {
+		if d, ok := strings.CutPrefix(a, "drain="); ok {
+			drain, _ = time.ParseDuration(d)
+			continue
+		}
+		ports = append(ports, a)
+	}
 	if len(ports) == 0 {
 		ports = []string{"8080"}
 	}
@@ -44,5 +58,6 @@ func main() {
 		go srv.Serve(l)
 	}
 	<-ctx.Done()
+	time.Sleep(drain) // the draining server's grace period, not synchronisation
 	srv.Close()
 }
