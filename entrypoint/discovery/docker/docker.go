@@ -97,7 +97,7 @@ func New(cfg Config, log *slog.Logger) (*Source, error) {
 		opts := append([]client.Opt{client.FromEnv}, cfg.ClientOptions...)
 		cli, err := client.New(opts...)
 		if err != nil {
-			return nil, fmt.Errorf("Docker client (%s): %w", describeEnv(), err)
+			return nil, fmt.Errorf("building the Docker client (%s): %w", describeEnv(), err)
 		}
 		s.cli, s.own = cli, true
 	}

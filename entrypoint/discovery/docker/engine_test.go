@@ -36,7 +36,7 @@ func TestNew(t *testing.T) {
 		t.Error("a negative rescan is accepted")
 	}
 	t.Setenv("DOCKER_HOST", "no-scheme")
-	if _, err := New(Config{}, nil); err == nil || !strings.Contains(err.Error(), "Docker client (DOCKER_HOST=no-scheme)") {
+	if _, err := New(Config{}, nil); err == nil || !strings.Contains(err.Error(), "building the Docker client (DOCKER_HOST=no-scheme)") {
 		t.Errorf("a DOCKER_HOST that does not parse: %v", err)
 	}
 }
