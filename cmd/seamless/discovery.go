@@ -14,6 +14,7 @@ import (
 	"github.com/seamless-lb/seamless/entrypoint/apply"
 	"github.com/seamless-lb/seamless/entrypoint/config"
 	"github.com/seamless-lb/seamless/entrypoint/discovery/consul"
+	"github.com/seamless-lb/seamless/entrypoint/discovery/docker"
 	"github.com/seamless-lb/seamless/entrypoint/discovery/file"
 	"github.com/seamless-lb/seamless/entrypoint/haproxy"
 	"github.com/seamless-lb/seamless/entrypoint/metrics"
@@ -37,6 +38,12 @@ func newSources(cfg *config.Config, log *slog.Logger) ([]model.Source, error) {
 			s, err := consul.New(consul.Config{
 				TagFilter: cfg.ConsulTag, Datacenter: cfg.ConsulDatacenter, Stale: cfg.ConsulStale,
 			}, log)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s)
+		case config.SourceDocker:
+			s, err := docker.New(docker.Config{Network: cfg.DockerNetwork, Rescan: cfg.DockerRescan}, log)
 			if err != nil {
 				return nil, err
 			}

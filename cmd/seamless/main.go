@@ -37,7 +37,7 @@ const usage = `Usage:
   seamless env                   list every environment variable with its default
   seamless version               print versions of seamless, Go and HAProxy
 
-Discovery: set SEAMLESS_SOURCES (consul, file) and optionally SEAMLESS_TEMPLATE;
+Discovery: set SEAMLESS_SOURCES (consul, docker, file) and optionally SEAMLESS_TEMPLATE;
 HAProxy then runs the configuration rendered from them (see 'seamless env').
 
 Signals: HUP/USR2 reload (validated, serialised, confirmed; with discovery the

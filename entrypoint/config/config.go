@@ -35,7 +35,7 @@ type Config struct {
 	HardStopAfter time.Duration `envconfig:"HARD_STOP_AFTER" default:"5m" desc:"Default for HAProxy's hard-stop-after when the configuration has none: old workers still serving long connections are stopped this long after a reload. 0 adds nothing."`
 	MaxReloads    int           `envconfig:"MAX_RELOADS" default:"50" desc:"Default for HAProxy's mworker-max-reloads when the configuration has none: a worker that survived this many reloads is stopped. 0 adds nothing."`
 
-	Sources          string        `envconfig:"SOURCES" desc:"Discovery sources, comma-separated, in order of precedence: consul, file. Empty (and no SEAMLESS_TEMPLATE): no discovery, HAProxy runs the configuration file as given."`
+	Sources          string        `envconfig:"SOURCES" desc:"Discovery sources, comma-separated, in order of precedence: consul, docker, file. Empty (and no SEAMLESS_TEMPLATE): no discovery, HAProxy runs the configuration file as given."`
 	Template         string        `envconfig:"TEMPLATE" desc:"Go text/template file, consul-template compatible, rendered into HAProxy's configuration. Empty: the built-in template driven by seamless.* tags. Re-read on SIGHUP."`
 	StateDir         string        `envconfig:"STATE_DIR" default:"/var/lib/seamless" desc:"Where discovery keeps the rendered configuration HAProxy runs (haproxy.cfg) and each source's last snapshot, so that a restart while a source is down starts from its last known data. Mount a volume to keep it across containers."`
 	Wait             Wait          `envconfig:"WAIT" default:"200ms:2s" desc:"min:max quiescence before applying a discovery change (consul-template's wait): apply once nothing changed for min, but never later than max after the first change. A single value means min:4×min; 0 applies every change at once."`
@@ -49,12 +49,15 @@ type Config struct {
 	ConsulDatacenter string        `envconfig:"CONSUL_DATACENTER" desc:"Source 'consul': the datacenter to read. Empty: the agent's own."`
 	ServerSlots      int           `envconfig:"SERVER_SLOTS" default:"8" desc:"Built-in template: least number of server slots per backend. Instances joining, leaving, changing address, weight or health are applied over HAProxy's runtime API without a reload while they fit; a backend that outgrows its slots gets twice as many with one reload. 0: every change reloads."`
 	DrainTimeout     time.Duration `envconfig:"DRAIN_TIMEOUT" default:"10s" desc:"Built-in template: how long a removed instance keeps its in-flight requests (HAProxy drain state) before its slot is freed."`
+	DockerNetwork    string        `envconfig:"DOCKER_NETWORK" desc:"Source 'docker': the network whose container address is used. Empty: a container's only network (one on several networks is left out, with a log line). DOCKER_HOST and the other Docker client variables configure the connection; only read calls are made."`
+	DockerRescan     time.Duration `envconfig:"DOCKER_RESCAN" default:"30s" desc:"Source 'docker': period of a full re-list of the containers, in case an event was missed."`
 	ConsulStale      bool          `envconfig:"CONSUL_STALE" default:"false" desc:"Source 'consul': allow stale reads from any Consul server instead of the leader; spreads the load of many load-balancer replicas."`
 }
 
 // Source names.
 const (
 	SourceConsul = "consul"
+	SourceDocker = "docker"
 	SourceFile   = "file"
 )
 
@@ -153,8 +156,8 @@ func (c *Config) validate() error {
 	seen := map[string]bool{}
 	for _, src := range c.SourceList() {
 		switch {
-		case src != SourceConsul && src != SourceFile:
-			bad("SOURCES", "unknown source %q (known: consul, file)", src)
+		case src != SourceConsul && src != SourceDocker && src != SourceFile:
+			bad("SOURCES", "unknown source %q (known: consul, docker, file)", src)
 		case seen[src]:
 			bad("SOURCES", "source %q is listed twice", src)
 		}
@@ -171,6 +174,9 @@ func (c *Config) validate() error {
 	}
 	if c.DiscoveryTimeout <= 0 {
 		bad("DISCOVERY_TIMEOUT", "%s must be positive", c.DiscoveryTimeout)
+	}
+	if seen[SourceDocker] && c.DockerRescan <= 0 {
+		bad("DOCKER_RESCAN", "%s must be positive", c.DockerRescan)
 	}
 	if seen[SourceFile] && c.ServicesRescan <= 0 {
 		bad("SERVICES_RESCAN", "%s must be positive", c.ServicesRescan)
