@@ -83,6 +83,43 @@ type Applier struct {
 	reasons  []string         // sources changed since the last apply
 
 	ready atomic.Pointer[error]
+
+	mu      sync.Mutex // guards history
+	history []Record
+}
+
+// Record is one apply, for /status.
+type Record struct {
+	Time     time.Time     `json:"time"`
+	Reason   string        `json:"reason"`           // which sources or signal
+	Change   string        `json:"change,omitempty"` // what changed, per service
+	How      string        `json:"how"`              // metrics.Runtime, Reloaded, Unchanged, Refused, Failed
+	Duration time.Duration `json:"duration_ns"`
+	Error    string        `json:"error,omitempty"`
+}
+
+// historySize is how many applies History keeps.
+const historySize = 20
+
+func (a *Applier) record(how, why, change string, start time.Time, err error) {
+	a.opts.Metrics.Applies.WithLabelValues(how).Inc()
+	r := Record{Time: start, Reason: why, Change: change, How: how, Duration: time.Since(start)}
+	if err != nil {
+		r.Error = err.Error()
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.history = append(a.history, r)
+	if len(a.history) > historySize {
+		a.history = slices.Delete(a.history, 0, len(a.history)-historySize)
+	}
+}
+
+// History returns the latest applies, newest last.
+func (a *Applier) History() []Record {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.history)
 }
 
 // New checks the options and returns an Applier.
@@ -296,7 +333,7 @@ func (a *Applier) Run(ctx context.Context) {
 		case sig := <-a.hup:
 			r, err := a.opts.NewRenderer()
 			if err != nil {
-				a.opts.Metrics.Applies.WithLabelValues(metrics.Refused).Inc()
+				a.record(metrics.Refused, sig, "", time.Now(), err)
 				a.opts.Metrics.ConfigErrors.Inc()
 				a.log.Error("template refused on "+sig+"; the running configuration keeps serving; fix it and send "+sig+" again", "err", err)
 				continue
@@ -372,7 +409,7 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 	rend, err := a.renderer.Render(st)
 	m := a.opts.Metrics
 	if err != nil {
-		m.Applies.WithLabelValues(metrics.Refused).Inc()
+		a.record(metrics.Refused, why, "", start, err)
 		m.ConfigErrors.Inc()
 		a.log.Error("template failed; the running configuration keeps serving; fix the template and send SIGHUP",
 			"why", why, "err", err)
@@ -391,7 +428,7 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 		a.applied = st.Local()
 		a.countDiscovered()
 		a.markApplied()
-		m.Applies.WithLabelValues(metrics.Unchanged).Inc()
+		a.record(metrics.Unchanged, why, change, start, nil)
 		a.log.Info("nothing to apply: the configuration is unchanged", "why", why, "change", change)
 		return
 	}
@@ -406,7 +443,7 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 			a.applied = st.Local()
 			a.countDiscovered()
 			a.markApplied()
-			m.Applies.WithLabelValues(metrics.Runtime).Inc()
+			a.record(metrics.Runtime, why, change, start, nil)
 			m.RuntimeUpdates.WithLabelValues(metrics.Success).Inc()
 			a.log.Info("applied over the runtime API, no reload", "why", why, "change", change,
 				"duration", time.Since(start).Round(time.Millisecond))
@@ -423,7 +460,7 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 	if !bytes.Equal(rend.Config, a.running) {
 		if err := a.write(ctx, rend.Config); err != nil {
 			a.refused = sum
-			m.Applies.WithLabelValues(metrics.Refused).Inc()
+			a.record(metrics.Refused, why, change, start, err)
 			m.ConfigErrors.Inc()
 			a.log.Error("new configuration refused; the running one keeps serving",
 				"why", why, "change", change, "err", err)
@@ -436,7 +473,7 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 	}
 	if !o.OK {
 		a.refused = sum
-		m.Applies.WithLabelValues(metrics.Failed).Inc()
+		a.record(metrics.Failed, why, change, start, o.Err)
 		if !bytes.Equal(previous, rend.Config) && previous != nil {
 			if err := WriteFile(a.opts.Path, previous, 0o640); err != nil {
 				a.log.Error("cannot restore the configuration HAProxy runs", "path", a.opts.Path, "err", err)
@@ -452,7 +489,7 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 	a.runRend = &rend
 	a.countDiscovered()
 	a.markApplied()
-	m.Applies.WithLabelValues(metrics.Reloaded).Inc()
+	a.record(metrics.Reloaded, why, change, start, nil)
 	a.log.Info("applied with a reload", "why", why, "change", change, "duration", time.Since(start).Round(time.Millisecond))
 }
 

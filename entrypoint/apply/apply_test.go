@@ -440,3 +440,24 @@ func TestMembershipChangesGoOverTheRuntimeAPIAndFallBackToAReload(t *testing.T) 
 		t.Errorf("file %q after the fallback reload", r.file(t))
 	}
 }
+
+func TestHistoryKeepsTheLatestApplies(t *testing.T) {
+	src := newSource("consul")
+	r := newRig(t, t.TempDir(), lines{}, src)
+	src.send("web=10.0.0.1")
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	r.run(t)
+	src.send("web=bad")
+	testenv.Eventually(t, 5*time.Second, "the refusal recorded", func() bool { return len(r.a.History()) == 1 })
+	src.send("web=10.0.0.2")
+	testenv.Eventually(t, 5*time.Second, "two applies recorded", func() bool { return len(r.a.History()) == 2 })
+	h := r.a.History()
+	if h[0].How != metrics.Refused || !strings.Contains(h[0].Error, "bad server") || h[0].Reason != "consul" {
+		t.Errorf("first record %+v, want the refusal", h[0])
+	}
+	if h[1].How != metrics.Reloaded || h[1].Change != "web: +1 instance, -1 instance" {
+		t.Errorf("second record %+v, want the reload", h[1])
+	}
+}
