@@ -1,6 +1,14 @@
-// Command seamless-bench measures what reloading HAProxy costs the clients.
+// Command seamless-bench measures what reloading HAProxy costs the clients,
+// and what discovery costs.
 //
-//	seamless-bench reload [flags]
+//	seamless-bench reload [flags]        reloads under load, four ways
+//	seamless-bench propagation [flags]   Consul change → first request served accordingly
+//	seamless-bench scale [flags]         1,000 services × 10 instances: render, haproxy -c,
+//	                                     apply, RSS, Consul requests per change
+//
+// The discovery benchmarks are described in propagation.go and scale.go.
+//
+// `reload`:
 //
 // It starts a small HTTP backend on 127.0.0.1, puts HAProxy in front of it
 // in each chosen scenario and, while a bounded load runs through HAProxy,
@@ -47,10 +55,22 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) < 2 || args[1] != "reload" {
-		fmt.Fprintf(stderr, "usage: %s reload [flags]  (see %s reload -h)\n", filepath.Base(args[0]), filepath.Base(args[0]))
-		return 2
+	if len(args) >= 2 {
+		switch args[1] {
+		case "reload":
+			return runReload(ctx, args, stdout, stderr)
+		case "propagation":
+			return runPropagation(ctx, args[2:], stdout, stderr)
+		case "scale":
+			return runScale(ctx, args[2:], stdout, stderr)
+		}
 	}
+	name := filepath.Base(args[0])
+	fmt.Fprintf(stderr, "usage: %s reload|propagation|scale [flags]  (see %s COMMAND -h)\n", name, name)
+	return 2
+}
+
+func runReload(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseFlags(args[2:], stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
