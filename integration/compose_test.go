@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -139,17 +140,43 @@ func TestComposeConsulScale(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			env := maps.Clone(images)
 			env["SEAMLESS_SERVER_SLOTS"] = tt.slots
-			composeScale(t, c, env, tt.applied)
+			scaleUnderLoad(t, c, "../compose/consul/docker-compose.yml", env, tt.applied, "CONSUL_HTTP_PORT")
 		})
 	}
 }
 
-func composeScale(t *testing.T, c *client.Client, env map[string]string, applied string) {
-	ports, addr := freePorts(t, "SEAMLESS_HTTP_PORT", "SEAMLESS_STATS_PORT", "SEAMLESS_STATUS_PORT", "CONSUL_HTTP_PORT")
+// TestComposeDockerScale is compose/docker under the same load and steps:
+// seamless follows the containers' labels through the Docker socket; a
+// removed replica keeps serving for its -drain after SIGTERM while seamless
+// drains it (the kill event).
+func TestComposeDockerScale(t *testing.T) {
+	c := dockerClient(t)
+	env := composeImages(t, c, "SEAMLESS_IMAGE", "DEMO_BACKEND_IMAGE")
+	sock, err := os.Stat("/var/run/docker.sock")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("no Docker socket to mount under CI: %v", err)
+		}
+		t.Skipf("no Docker socket to mount: %v", err)
+	}
+	env["DOCKER_GID"] = strconv.FormatUint(uint64(sock.Sys().(*syscall.Stat_t).Gid), 10)
+	// The backends' network, named so that SEAMLESS_DOCKER_NETWORK can
+	// name it, and unique so that labelled containers of anything else on
+	// this engine stay out.
+	env["BACKEND_NETWORK"] = fmt.Sprintf("seamlesstest-backends-%d-%d", os.Getpid(), time.Now().UnixNano())
+	scaleUnderLoad(t, c, "../compose/docker/docker-compose.yml", env, `seamless_runtime_updates_total{result="success"}`)
+}
+
+// scaleUnderLoad brings up a compose example whose service web answers on
+// SEAMLESS_HTTP_PORT and scales it 3 → 5 → 2 → 3 under a new-connection
+// and a keep-alive load. applied is the metric that must count the
+// changes; extraPorts are further published ports to move to free ones.
+func scaleUnderLoad(t *testing.T, c *client.Client, file string, env map[string]string, applied string, extraPorts ...string) {
+	ports, addr := freePorts(t, append([]string{"SEAMLESS_HTTP_PORT", "SEAMLESS_STATS_PORT", "SEAMLESS_STATUS_PORT"}, extraPorts...)...)
 	maps.Copy(env, ports)
 	front, stats, status := addr["SEAMLESS_HTTP_PORT"], addr["SEAMLESS_STATS_PORT"], addr["SEAMLESS_STATUS_PORT"]
 
-	p := compose.New(t, "../compose/consul/docker-compose.yml", env)
+	p := compose.New(t, file, env)
 	begin := time.Now()
 	p.Up()
 	// converged waits until the service answers from exactly the running
