@@ -1,5 +1,6 @@
 // Package status serves seamless's HTTP endpoints: /healthz for liveness,
-// /readyz for readiness and /metrics for Prometheus.
+// /readyz for readiness, /metrics for Prometheus and, given a Provider,
+// /status (JSON, see Report) and a page for people at /.
 package status
 
 import (
@@ -22,11 +23,24 @@ type Server struct {
 	log *slog.Logger
 }
 
+// Option adds to what Listen serves.
+type Option func(*options)
+
+type options struct {
+	report Provider
+}
+
+// WithStatus serves GET /status, the Report p makes as JSON, and GET /, the
+// same as a page that refreshes itself.
+func WithStatus(p Provider) Option {
+	return func(o *options) { o.report = p }
+}
+
 // Listen binds addr now, so that a busy port is an error at start-up rather
 // than a log line later. healthy returns nil when seamless and HAProxy are
 // fine; ready, when moreover traffic is served as configured (first
 // discovery done and applied).
-func Listen(addr string, reg *prometheus.Registry, healthy, ready func() error, log *slog.Logger) (*Server, error) {
+func Listen(addr string, reg *prometheus.Registry, healthy, ready func() error, log *slog.Logger, opts ...Option) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -34,20 +48,41 @@ func Listen(addr string, reg *prometheus.Registry, healthy, ready func() error, 
 	if err != nil {
 		return nil, fmt.Errorf("status listener: %w", err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("GET /healthz", probe(healthy))
-	mux.HandleFunc("GET /readyz", probe(func() error {
-		if err := healthy(); err != nil {
-			return err
-		}
-		return ready()
-	}))
 	return &Server{
-		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second},
+		srv: &http.Server{Handler: handler(reg, healthy, ready, opts...), ReadHeaderTimeout: 5 * time.Second},
 		ln:  ln,
 		log: log.With("component", "status"),
 	}, nil
+}
+
+// checks are the health and readiness functions given to Listen.
+type checks struct {
+	healthy, ready func() error
+}
+
+// readyz: ready only when healthy too.
+func (c checks) readyz() error {
+	if err := c.healthy(); err != nil {
+		return err
+	}
+	return c.ready()
+}
+
+func handler(reg *prometheus.Registry, healthy, ready func() error, opts ...Option) http.Handler {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	c := checks{healthy: healthy, ready: ready}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", probe(c.healthy))
+	mux.HandleFunc("GET /readyz", probe(c.readyz))
+	if o.report != nil {
+		mux.HandleFunc("GET /status", c.serveJSON(o.report))
+		mux.HandleFunc("GET /{$}", c.servePage(o.report))
+	}
+	return mux
 }
 
 // Addr is the bound address.

@@ -1,0 +1,151 @@
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+)
+
+// Report is the body of GET /status and what the page at / shows. Its JSON
+// field names are an interface: add fields, never rename or remove one.
+// Lists are always present ([] when empty); fields marked omitempty are
+// left out when empty or zero. Every string may come from outside
+// (a source's error, a service name in a change) and is untrusted.
+type Report struct {
+	// Time is when the report was made; the page's "ago"s count from it.
+	Time time.Time `json:"time"`
+	// Version and Commit identify the seamless binary.
+	Version  string `json:"version"`
+	Commit   string `json:"commit,omitempty"`
+	Hostname string `json:"hostname,omitempty"`
+	// Mode is ModeDropIn or ModeDiscovery.
+	Mode string `json:"mode"`
+
+	// Healthy and Ready are what /healthz and /readyz answer at the same
+	// moment; the reasons are their 503 bodies. The server fills them in
+	// from the checks given to Listen, whatever the Provider set.
+	Healthy         bool   `json:"healthy"`
+	UnhealthyReason string `json:"unhealthy_reason,omitempty"`
+	Ready           bool   `json:"ready"`
+	UnreadyReason   string `json:"unready_reason,omitempty"`
+
+	// Sources are the discovery sources in order of precedence; none in
+	// drop-in mode.
+	Sources []Source `json:"sources"`
+	// Applies are the latest discovery applies, newest first; none in
+	// drop-in mode.
+	Applies []Apply `json:"applies"`
+	// ConfigFiles are the files HAProxy loads, as they are on disk now.
+	// In discovery mode that is the rendered file, which is always what
+	// runs; in drop-in mode a file may have been edited since the last
+	// reload.
+	ConfigFiles []ConfigFile `json:"config_files"`
+	HAProxy     HAProxy      `json:"haproxy"`
+}
+
+// Modes of Report.Mode.
+const (
+	ModeDropIn    = "drop-in"   // HAProxy runs the configuration it was given
+	ModeDiscovery = "discovery" // HAProxy runs the configuration rendered from the sources
+)
+
+// Source is how one discovery source is doing.
+type Source struct {
+	Name string `json:"name"`
+	// Up: the last attempt to read the source succeeded.
+	Up          bool      `json:"up"`
+	LastSuccess time.Time `json:"last_success,omitzero"`
+	LastError   string    `json:"last_error,omitempty"`
+	LastErrorAt time.Time `json:"last_error_at,omitzero"`
+}
+
+// Apply is one rendering of the sources and what became of it.
+type Apply struct {
+	Time time.Time `json:"time"`
+	// Reason: the sources that changed, or the signal.
+	Reason string `json:"reason"`
+	// Change: what changed, per service.
+	Change string `json:"change,omitempty"`
+	// How: metrics.Runtime, Reloaded, Unchanged, Refused or Failed, the
+	// result label of seamless_config_applies_total.
+	How             string  `json:"how"`
+	DurationSeconds float64 `json:"duration_seconds"`
+	Error           string  `json:"error,omitempty"`
+}
+
+// ConfigFile is one configuration file HAProxy loads.
+type ConfigFile struct {
+	Path string `json:"path"`
+	// SHA256 is the hex digest of the content.
+	SHA256   string    `json:"sha256,omitempty"`
+	Size     int64     `json:"size"`
+	Modified time.Time `json:"modified,omitzero"`
+	// Error: the file could not be read; the other fields are empty.
+	Error string `json:"error,omitempty"`
+}
+
+// HAProxy is the running HAProxy as its master CLI's `show proc` lists it.
+type HAProxy struct {
+	// Version is the running master's version.
+	Version    string `json:"version,omitempty"`
+	Master     *Proc  `json:"master,omitempty"`
+	Workers    []Proc `json:"workers"`     // the current generation
+	OldWorkers []Proc `json:"old_workers"` // earlier generations, still draining
+	// Error: the master CLI did not answer; the processes are unknown.
+	Error string `json:"error,omitempty"`
+}
+
+// Proc is one HAProxy process.
+type Proc struct {
+	Pid int `json:"pid"`
+	// Reloads: how many reloads the process has seen since it started.
+	Reloads int    `json:"reloads"`
+	Version string `json:"version,omitempty"`
+}
+
+// Provider makes a Report for one request; the server then fills in the
+// health and readiness. It must not fail: what it cannot find out goes
+// into the Error field of that part. ctx ends with the request; a Provider
+// that asks HAProxy bounds that with a short timeout of its own.
+type Provider func(ctx context.Context) Report
+
+// report asks p and fills in what the server knows itself.
+func (c checks) report(ctx context.Context, p Provider) Report {
+	r := p(ctx)
+	r.Healthy, r.UnhealthyReason = outcome(c.healthy())
+	r.Ready, r.UnreadyReason = outcome(c.readyz())
+	r.Sources = nonNil(r.Sources)
+	r.Applies = nonNil(r.Applies)
+	r.ConfigFiles = nonNil(r.ConfigFiles)
+	r.HAProxy.Workers = nonNil(r.HAProxy.Workers)
+	r.HAProxy.OldWorkers = nonNil(r.HAProxy.OldWorkers)
+	return r
+}
+
+func outcome(err error) (bool, string) {
+	if err != nil {
+		return false, err.Error()
+	}
+	return true, ""
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// serveJSON answers GET /status. It is 200 whatever the health: the body
+// says it, and /healthz and /readyz are the probes.
+func (c checks) serveJSON(p Provider) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		rep := c.report(r.Context(), p)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(rep)
+	}
+}

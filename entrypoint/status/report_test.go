@@ -1,0 +1,243 @@
+package status
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seamless-lb/seamless/entrypoint/metrics"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/status.json from the current output")
+
+// t0 is the fixed "now" of the fixtures.
+var t0 = time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC)
+
+// fixture is a discovery-mode seamless a few minutes into a bad morning:
+// Docker is unreachable, a template edit was refused, a reload failed.
+func fixture() Report {
+	return Report{
+		Time: t0, Version: "1.4.0", Commit: "9109275", Hostname: "lb-1", Mode: ModeDiscovery,
+		// The server overrides these with its own checks.
+		Healthy: false, UnhealthyReason: "ignored",
+		Sources: []Source{
+			{Name: "consul", Up: true, LastSuccess: t0.Add(-2 * time.Second)},
+			{Name: "docker", Up: false, LastSuccess: t0.Add(-3 * time.Minute),
+				LastError:   "Cannot connect to the Docker daemon at unix:///var/run/docker.sock (DOCKER_HOST); keeping its last answer and retrying",
+				LastErrorAt: t0.Add(-4 * time.Second)},
+			{Name: "file", Up: true, LastSuccess: t0.Add(-41 * time.Minute),
+				LastError: "services/api.yaml: port 0 is out of range", LastErrorAt: t0.Add(-52 * time.Minute)},
+		},
+		Applies: []Apply{
+			{Time: t0.Add(-2 * time.Second), Reason: "consul", Change: "web: +2 instances", How: metrics.Runtime, DurationSeconds: 0.0042},
+			{Time: t0.Add(-95 * time.Second), Reason: "consul, docker", Change: "api: new service (3 instances); web: 1 now critical", How: metrics.Reloaded, DurationSeconds: 0.183},
+			{Time: t0.Add(-3 * time.Minute), Reason: "docker", Change: "no service changed", How: metrics.Unchanged, DurationSeconds: 0.0009},
+			{Time: t0.Add(-7 * time.Minute), Reason: "SIGHUP", How: metrics.Refused, DurationSeconds: 0.021,
+				Error: `template: /etc/seamless/haproxy.cfg.tmpl:12: function "servce" not defined`},
+			{Time: t0.Add(-12 * time.Minute), Reason: "file", Change: "admin: new service (1 instance)", How: metrics.Failed, DurationSeconds: 1.52,
+				Error: "reload failed, old workers keep serving: [ALERT] Binding [haproxy.cfg:41] for frontend admin: cannot bind socket (Address in use) [0.0.0.0:8443]"},
+		},
+		ConfigFiles: []ConfigFile{{
+			Path:   "/var/lib/seamless/haproxy.cfg",
+			SHA256: "5f1c0f4bd1e57a3b0f22a8e8d1f1b0e8c9f8a0d6c3e2b7a1f4e5d6c7b8a9f0e1",
+			Size:   18734, Modified: t0.Add(-95 * time.Second),
+		}},
+		HAProxy: HAProxy{
+			Version:    "3.2.4-1",
+			Master:     &Proc{Pid: 7, Reloads: 3, Version: "3.2.4-1"},
+			Workers:    []Proc{{Pid: 412, Reloads: 0, Version: "3.2.4-1"}},
+			OldWorkers: []Proc{{Pid: 388, Reloads: 1, Version: "3.2.4-1"}},
+		},
+	}
+}
+
+// serve serves rep as the status listener would, with the given checks.
+func serve(t *testing.T, rep Report, healthy, ready error) string {
+	t.Helper()
+	h := handler(metrics.New().Registry, func() error { return healthy }, func() error { return ready },
+		WithStatus(func(context.Context) Report { return rep }))
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func TestStatusJSONGolden(t *testing.T) {
+	url := serve(t, fixture(), nil, errors.New("source docker has not answered yet"))
+	resp, err := http.Get(url + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got bytes.Buffer
+	if _, err := got.ReadFrom(resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("/status: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	golden := filepath.Join("testdata", "status.json")
+	if *update {
+		if err := os.WriteFile(golden, got.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (go test -update writes it)", err)
+	}
+	if !bytes.Equal(got.Bytes(), want) {
+		t.Errorf("/status differs from %s (go test -update rewrites it):\n%s", golden, got.String())
+	}
+}
+
+func TestStatusReportsTheProbesOwnAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		healthy, ready   error
+		wantH, wantR     bool
+		wantHWhy, wantRW string
+	}{
+		{"healthy and ready", nil, nil, true, true, "", ""},
+		{"healthy, first discovery pending", nil, errors.New("first discovery not done"), true, false, "", "first discovery not done"},
+		{"unhealthy is not ready either, as /readyz", errors.New("haproxy master exited"), nil, false, false, "haproxy master exited", "haproxy master exited"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// A drop-in report: nothing but the mode; lists stay [].
+			url := serve(t, Report{Mode: ModeDropIn, Healthy: true, Ready: true}, tc.healthy, tc.ready)
+			var got map[string]any
+			getJSON(t, url+"/status", &got)
+			if got["healthy"] != tc.wantH || got["ready"] != tc.wantR {
+				t.Errorf("healthy=%v ready=%v, want %v %v", got["healthy"], got["ready"], tc.wantH, tc.wantR)
+			}
+			if why, _ := got["unhealthy_reason"].(string); why != tc.wantHWhy {
+				t.Errorf("unhealthy_reason %q, want %q", why, tc.wantHWhy)
+			}
+			if why, _ := got["unready_reason"].(string); why != tc.wantRW {
+				t.Errorf("unready_reason %q, want %q", why, tc.wantRW)
+			}
+			for _, list := range []string{"sources", "applies", "config_files"} {
+				if l, ok := got[list].([]any); !ok || len(l) != 0 {
+					t.Errorf("%s = %#v, want []", list, got[list])
+				}
+			}
+			hp := got["haproxy"].(map[string]any)
+			for _, list := range []string{"workers", "old_workers"} {
+				if l, ok := hp[list].([]any); !ok || len(l) != 0 {
+					t.Errorf("haproxy.%s = %#v, want []", list, hp[list])
+				}
+			}
+		})
+	}
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hostile is a report in which everything that comes from outside tries
+// to become markup.
+func hostile() Report {
+	r := fixture()
+	const x = `<script>document.title="pwned"</script>`
+	r.Hostname = `"><img src=x onerror=alert(1)>`
+	r.Sources[1].Name = "docker" + x
+	r.Sources[1].LastError = "dial unix /var/run/docker.sock: " + x
+	r.Applies[0].Reason = x
+	r.Applies[0].Change = `web</td></tr></table>` + x
+	r.Applies[0].How = `runtime" onmouseover="alert(1)`
+	r.Applies[3].Error = x
+	r.ConfigFiles[0].Path = "/tmp/" + x
+	r.ConfigFiles[0].SHA256 = `" onclick="alert(1)`
+	r.HAProxy.Version = x
+	r.HAProxy.Error = "master CLI: " + x
+	return r
+}
+
+func TestPageEscapesWhatItShows(t *testing.T) {
+	url := serve(t, hostile(), errors.New("haproxy: "+`<script>alert(1)</script>`), nil)
+	resp, err := http.Get(url + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	if _, err := b.ReadFrom(resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	body := b.String()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("/: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") {
+		t.Errorf("no restrictive Content-Security-Policy: %q", csp)
+	}
+	for _, bad := range []string{"<script", "<img", `" onmouseover=`, `" onclick=`, "</table><script"} {
+		if strings.Contains(body, bad) {
+			t.Errorf("the page contains %q unescaped", bad)
+		}
+	}
+	for _, want := range []string{
+		"&lt;script&gt;document.title=&#34;pwned&#34;&lt;/script&gt;", // the text, shown as text
+		"Unhealthy: haproxy: &lt;script&gt;alert(1)&lt;/script&gt;",
+		"master CLI: &lt;script&gt;",
+		"how-other", // an unknown How gets no class of its own
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+}
+
+func TestPageShowsTheReport(t *testing.T) {
+	url := serve(t, fixture(), nil, errors.New("source docker has not answered yet"))
+	_, body := get(t, url+"/")
+	for _, want := range []string{
+		`<meta http-equiv="refresh" content="5">`,
+		"● healthy", "◌ not ready", "Not ready: source docker has not answered yet",
+		"discovery mode", "seamless 1.4.0", "HAProxy 3.2.4-1",
+		"<code>docker</code>", "Cannot connect to the Docker daemon", "4s ago",
+		"2026-03-14 09:26:51Z", "web: &#43;2 instances", "4 ms", "1.52 s", "183 ms",
+		`function &#34;servce&#34; not defined`,
+		">412<", ">388<", "old worker",
+		"/var/lib/seamless/haproxy.cfg", "5f1c0f4bd1e5…", "18.3 KiB",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	// Newest first, as given.
+	if i, j := strings.Index(body, "web: &#43;2 instances"), strings.Index(body, "admin: new service"); i > j {
+		t.Error("applies are not newest first")
+	}
+}
+
+func TestStatusOnlyWhenAsked(t *testing.T) {
+	srv := httptest.NewServer(handler(metrics.New().Registry, func() error { return nil }, func() error { return nil }))
+	defer srv.Close()
+	for _, path := range []string{"/status", "/"} {
+		if code, _ := get(t, srv.URL+path); code != 404 {
+			t.Errorf("%s without WithStatus: %d, want 404", path, code)
+		}
+	}
+	url := serve(t, fixture(), nil, nil)
+	if code, _ := get(t, url+"/nothing-here"); code != 404 {
+		t.Errorf("/nothing-here: %d, want 404", code)
+	}
+}
