@@ -6,7 +6,8 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 CACHE := $(CURDIR)/.cache
 
-.PHONY: all build deps test test-matrix test-docker image consul demo demo-reload bench-reload clean
+.PHONY: all build deps test test-matrix test-docker image consul demo demo-reload bench-reload clean \
+	image-consul image-demo-backend compose-consul compose-file compose-docker compose-down
 
 all: build
 
@@ -75,10 +76,49 @@ image: build
 	done
 
 # The image on the real Docker engine: docker kill -s HUP under load,
-# docker stop during a request, for every HAProxy of the matrix.
-test-docker: image
-	SEAMLESS_IMAGES="$(foreach v,$(MATRIX),$(IMAGE):haproxy-$(v))" \
-		$(GO) test -tags docker -count=1 -timeout 20m ./integration/
+# docker stop during a request, for every HAProxy of the matrix; the
+# compose examples scaled under load; the Docker label source.
+test-docker: image image-consul image-demo-backend
+	SEAMLESS_IMAGES="$(foreach v,$(MATRIX),$(IMAGE):haproxy-$(v))" $(COMPOSE_ENV) \
+		$(GO) test -tags docker -count=1 -timeout 20m ./integration/ ./entrypoint/discovery/docker/
+
+# Compose: `docker compose` (v2) when the Docker CLI has it, else Debian's
+# docker-compose (v1).
+COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo 'docker compose' || echo docker-compose)
+CONSUL_IMAGE ?= seamless-consul:$(CONSUL_VERSION)
+DEMO_BACKEND_IMAGE ?= seamless-demo-backend
+# The build stage of the offline builds below: a local base with a shell.
+LOCAL_BASE := seamless-base:haproxy-$(lastword $(MATRIX))
+COMPOSE_ENV = SEAMLESS_IMAGE=$(IMAGE):haproxy-$(lastword $(MATRIX)) \
+	CONSUL_IMAGE=$(CONSUL_IMAGE) DEMO_BACKEND_IMAGE=$(DEMO_BACKEND_IMAGE)
+
+# The Consul agent `make consul` built, as an image FROM scratch (with a
+# registry, the compose examples use hashicorp/consul:1.14 instead).
+image-consul: $(CONSUL)
+	image/bases.sh $(TEST_CACHE)
+	docker build -q -f image/consul.Dockerfile -t $(CONSUL_IMAGE) \
+		--build-arg BUILDER=$(LOCAL_BASE) \
+		--build-arg CONSUL_BIN=$(notdir $(CONSUL)) $(dir $(CONSUL))
+
+# The demo backend FROM scratch, from the host's static bin/demo-backend.
+image-demo-backend: build
+	image/bases.sh $(TEST_CACHE)
+	docker build -q -f cmd/demo-backend/Dockerfile -t $(DEMO_BACKEND_IMAGE) \
+		--build-arg BUILDER=$(LOCAL_BASE) --build-arg PREBUILT=bin/demo-backend .
+
+# The compose examples with the local images (compose/README.md), on
+# 127.0.0.1: consul 5001/8404/8405 (+8500), file 5002/8406/8407,
+# docker 5003/8408/8409. `make compose-down` removes them.
+compose-consul: image image-consul image-demo-backend
+	cd compose/consul && $(COMPOSE_ENV) $(COMPOSE) up -d --no-build
+compose-file: image image-demo-backend
+	cd compose/file && $(COMPOSE_ENV) $(COMPOSE) up -d --no-build
+compose-docker: image image-demo-backend
+	cd compose/docker && DOCKER_GID=$$(stat -c %g /var/run/docker.sock) $(COMPOSE_ENV) $(COMPOSE) up -d --no-build
+compose-down:
+	@for d in consul file docker; do \
+		(cd compose/$$d && DOCKER_GID=$$(stat -c %g /var/run/docker.sock) $(COMPOSE_ENV) $(COMPOSE) down -v); \
+	done
 
 # The Consul agent for the discovery tests, built from the module proxy by
 # a tool module of its own (about 6 minutes on 2 cores, once).
