@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/seamless-lb/seamless/entrypoint/apply"
+	"github.com/seamless-lb/seamless/entrypoint/haproxy"
+	"github.com/seamless-lb/seamless/entrypoint/model"
+	"github.com/seamless-lb/seamless/entrypoint/status"
+)
+
+// showProcTimeout bounds the master CLI's `show proc` for one /status: a
+// master busy reloading must not hold the page.
+const showProcTimeout = time.Second
+
+// statusProvider makes /status and the page at / from what serve has: the
+// discovery half (nil in drop-in mode), the master CLI, and the files
+// HAProxy loads (in discovery mode, the rendered one).
+func statusProvider(disc *discovery, cli *haproxy.MasterCLI, configFiles []string) status.Provider {
+	p := &statusPage{procs: cli, files: slices.Clone(configFiles), now: time.Now, timeout: showProcTimeout}
+	if disc != nil {
+		p.applier = disc.applier
+	}
+	p.hostname, _ = os.Hostname()
+	return p.report
+}
+
+// applierView is what the page reads of an apply.Applier.
+type applierView interface {
+	Statuses() []model.SourceStatus
+	History() []apply.Record
+}
+
+// procLister is the master CLI as the page uses it.
+type procLister interface {
+	ShowProc(ctx context.Context) (haproxy.Procs, error)
+}
+
+type statusPage struct {
+	applier  applierView // nil in drop-in mode
+	procs    procLister
+	files    []string
+	hostname string
+	now      func() time.Time
+	timeout  time.Duration
+}
+
+func (p *statusPage) report(ctx context.Context) status.Report {
+	r := status.Report{
+		Time: p.now(), Version: version, Hostname: p.hostname, Mode: status.ModeDropIn,
+		ConfigFiles: configFiles(p.files),
+		HAProxy:     p.haproxy(ctx),
+	}
+	if commit != "unknown" {
+		r.Commit = commit
+	}
+	if p.applier != nil {
+		r.Mode = status.ModeDiscovery
+		r.Sources = sources(p.applier.Statuses())
+		r.Applies = applies(p.applier.History())
+	}
+	return r
+}
+
+func (p *statusPage) haproxy(ctx context.Context) status.HAProxy {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	procs, err := p.procs.ShowProc(ctx)
+	if err != nil {
+		return status.HAProxy{Error: err.Error()}
+	}
+	master := proc(procs.Master)
+	h := status.HAProxy{Version: procs.Master.Version, Master: &master}
+	for _, w := range procs.Workers {
+		h.Workers = append(h.Workers, proc(w))
+	}
+	for _, w := range procs.Old {
+		h.OldWorkers = append(h.OldWorkers, proc(w))
+	}
+	return h
+}
+
+func proc(p haproxy.Proc) status.Proc {
+	return status.Proc{Pid: p.Pid, Reloads: p.Reloads, Version: p.Version}
+}
+
+func sources(sts []model.SourceStatus) []status.Source {
+	out := make([]status.Source, 0, len(sts))
+	for _, s := range sts {
+		out = append(out, status.Source{Name: s.Name, Up: s.Up, LastSuccess: s.LastSuccess,
+			LastError: s.LastError, LastErrorAt: s.LastErrorAt})
+	}
+	return out
+}
+
+// applies turns the applier's history, newest last, into newest first.
+func applies(hist []apply.Record) []status.Apply {
+	out := make([]status.Apply, 0, len(hist))
+	for _, r := range slices.Backward(hist) {
+		out = append(out, status.Apply{Time: r.Time, Reason: r.Reason, Change: r.Change, How: r.How,
+			DurationSeconds: r.Duration.Seconds(), Error: r.Error})
+	}
+	return out
+}
+
+// configFiles describes the files HAProxy loads for `-f` paths: a
+// directory stands for its non-hidden *.cfg files in lexical order, as
+// HAProxy reads it.
+func configFiles(paths []string) []status.ConfigFile {
+	var out []status.ConfigFile
+	for _, path := range paths {
+		entries, err := os.ReadDir(path)
+		if err != nil {
+			out = append(out, configFile(path)) // a file, or an error to show
+			continue
+		}
+		for _, e := range entries { // sorted by name
+			if n := e.Name(); !e.IsDir() && strings.HasSuffix(n, ".cfg") && !strings.HasPrefix(n, ".") {
+				out = append(out, configFile(filepath.Join(path, n)))
+			}
+		}
+	}
+	return out
+}
+
+func configFile(path string) status.ConfigFile {
+	f, err := os.Open(path)
+	if err != nil {
+		return status.ConfigFile{Path: path, Error: err.Error()}
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return status.ConfigFile{Path: path, Error: err.Error()}
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return status.ConfigFile{Path: path, Error: err.Error()}
+	}
+	return status.ConfigFile{Path: path, SHA256: hex.EncodeToString(h.Sum(nil)), Size: n, Modified: st.ModTime().UTC()}
+}
