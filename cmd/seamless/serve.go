@@ -110,7 +110,8 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 	sup := supervisor.New(opts, rp, rl, cli, tap, m, log)
 
 	if cfg.StatusAddr != "" {
-		srv, err := status.Listen(cfg.StatusAddr, m.Registry, sup.Healthy, ready, log)
+		srv, err := status.Listen(cfg.StatusAddr, m.Registry, sup.Healthy, ready, log,
+			status.WithStatus(statusProvider(disc, cli, cl.ConfigFiles)))
 		if err != nil {
 			log.Error("cannot listen on SEAMLESS_STATUS_ADDR", "addr", cfg.StatusAddr, "err", err)
 			return exitUsage
