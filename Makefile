@@ -16,12 +16,17 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/demo-backend ./cmd/demo-backend
 
 # HAProxy 2.6 from Debian for the host tests; the package starts a system
-# service that nothing here needs, so it is stopped again.
+# service that nothing here needs, so it is stopped again. Chromium renders
+# the status page in its test.
 deps:
 	@if ! command -v haproxy >/dev/null; then \
 		echo "installing haproxy"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; \
 		service haproxy stop >/dev/null 2>&1 || systemctl stop haproxy >/dev/null 2>&1 || true; \
+	fi
+	@if ! command -v chromium >/dev/null; then \
+		echo "installing chromium"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	fi
 	@haproxy -v | head -1
 
