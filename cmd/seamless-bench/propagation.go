@@ -174,7 +174,7 @@ func parsePropFlags(args []string, stderr io.Writer) (propOptions, error) {
 	fs.IntVar(&o.changes, "changes", 100, "changes per row (p99 of 100 is the second slowest; of 50 or fewer, the slowest)")
 	fs.Var(&o.env, "env", "`NAME=VALUE`: a further SEAMLESS_* variable for seamless (repeatable), e.g. SEAMLESS_LOG_LEVEL=debug")
 	fs.StringVar(&o.waits, "waits", "default,0", "SEAMLESS_WAIT values, one row each (\"default\": the binary's own)")
-	fs.StringVar(&o.slots, "slots", "default", "SEAMLESS_SERVER_SLOTS values, one row each (\"default\": the binary's own; 0 reloads for every change)")
+	fs.StringVar(&o.slots, "slots", "default,0", "SEAMLESS_SERVER_SLOTS values, one row each (\"default\": the binary's own; 0 reloads for every change)")
 	fs.StringVar(&kinds, "kinds", "health,register", "kinds of change: health (check passing/critical), register (register/deregister the node)")
 	fs.DurationVar(&o.every, "poll", 2*time.Millisecond, "interval of the probes through HAProxy")
 	fs.DurationVar(&o.gap, "gap", 300*time.Millisecond, "pause after a change has applied, before the next (plus up to half of it at random)")
@@ -346,6 +346,10 @@ func propagationRow(ctx context.Context, log *slog.Logger, o propOptions, dir, c
 		inst := cycle[i%len(cycle)]
 		before := f.expect()
 		d.drainEvents()
+		// Consul wakes its blocking queries as it answers the write, so
+		// seamless may apply a change before the write has returned here:
+		// its record is looked for from the start of the write.
+		written := time.Now()
 		if err := f.set(ctx, inst, !f.passing[inst]); err != nil {
 			res.err = fmt.Errorf("change %d: consul write: %w", i+1, err)
 			return res
@@ -371,7 +375,7 @@ func propagationRow(ctx context.Context, log *slog.Logger, o propOptions, dir, c
 		// The next change waits until seamless has finished with this one
 		// (a reload is confirmed before it is logged): each is measured
 		// alone.
-		ev, err := d.nextApplied(ctx, t0, o.changeTimeout)
+		ev, err := d.nextApplied(ctx, written, o.changeTimeout)
 		if err != nil {
 			res.err = d.withLog(fmt.Errorf("change %d: %w", i+1, err))
 			return res

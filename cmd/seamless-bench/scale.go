@@ -166,7 +166,7 @@ func parseScaleFlags(args []string, stderr io.Writer) (scaleOptions, error) {
 	fs.IntVar(&o.checks, "checks", 3, "haproxy -c runs timed per row")
 	fs.Var(&o.env, "env", "`NAME=VALUE`: a further SEAMLESS_* variable for seamless (repeatable), e.g. SEAMLESS_LOG_LEVEL=debug")
 	fs.StringVar(&o.wait, "wait", "default", "SEAMLESS_WAIT for seamless (\"default\": the binary's own)")
-	fs.StringVar(&o.slots, "slots", "default", "SEAMLESS_SERVER_SLOTS values, one set of rows each (\"default\": the binary's own; 0 reloads for every change)")
+	fs.StringVar(&o.slots, "slots", "default,0", "SEAMLESS_SERVER_SLOTS values, one set of rows each (\"default\": the binary's own; 0 reloads for every change)")
 	fs.DurationVar(&o.every, "poll", 2*time.Millisecond, "interval of the probes through HAProxy")
 	fs.DurationVar(&o.gap, "gap", time.Second, "pause after a change has applied, before the next")
 	fs.DurationVar(&o.changeTimeout, "change-timeout", 30*time.Second, "time limit for one change to be served")
@@ -371,6 +371,7 @@ func scaleChanges(ctx context.Context, log *slog.Logger, o scaleOptions, d *disc
 			status = api.HealthPassing
 		}
 		d.drainEvents()
+		written := time.Now() // see propagationRow
 		chk := l.check(svc, 0, status)
 		tx, resp, _, err := c.Txn().Txn(api.TxnOps{{Check: &api.CheckTxnOp{Verb: api.CheckSet, Check: chk}}},
 			(&api.QueryOptions{}).WithContext(ctx))
@@ -405,7 +406,7 @@ func scaleChanges(ctx context.Context, log *slog.Logger, o scaleOptions, d *disc
 			return d.withLog(fmt.Errorf("change %d (%s): %w", i+1, status, err))
 		}
 		res.served = append(res.served, at.Sub(t0))
-		ev, err := d.nextApplied(ctx, t0, o.changeTimeout)
+		ev, err := d.nextApplied(ctx, written, o.changeTimeout)
 		if err != nil {
 			return d.withLog(fmt.Errorf("change %d: %w", i+1, err))
 		}
