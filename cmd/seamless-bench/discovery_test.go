@@ -93,24 +93,28 @@ func TestLayoutRendersEveryInstance(t *testing.T) {
 }
 
 // BenchmarkRenderBuiltin renders the built-in template for the scale
-// benchmark's catalog; with -cpuprofile it shows where render time goes.
+// benchmark's catalog, with and without server slots; with -cpuprofile or
+// -memprofile it shows where render time and garbage go.
 func BenchmarkRenderBuiltin(b *testing.B) {
 	for _, n := range []int{100, 1000} {
-		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
-			l := layout{services: n, instances: 10, nodes: 100, ports: []int{9000, 9001, 9002, 9003, 9004, 9005, 9006, 9007, 9008, 9009}}
-			cat := l.catalog()
-			r, err := routes.New(routes.Options{HTTPBind: "127.0.0.1:8080", StatsBind: "127.0.0.1:8404"}, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			st := model.NewState(map[model.Query]model.Result{model.LocalCatalog: {Catalog: &cat}})
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := r.Render(st); err != nil {
+		for _, slots := range []int{0, 8} {
+			b.Run(fmt.Sprintf("services=%d/slots=%d", n, slots), func(b *testing.B) {
+				l := layout{services: n, instances: 10, nodes: 100, ports: []int{9000, 9001, 9002, 9003, 9004, 9005, 9006, 9007, 9008, 9009}}
+				cat := l.catalog()
+				r, err := routes.New(routes.Options{HTTPBind: "127.0.0.1:8080", StatsBind: "127.0.0.1:8404",
+					Slots: slots, DrainTimeout: 10 * time.Second}, nil)
+				if err != nil {
 					b.Fatal(err)
 				}
-			}
-		})
+				st := model.NewState(map[model.Query]model.Result{model.LocalCatalog: {Catalog: &cat}})
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := r.Render(st); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }
 
