@@ -32,12 +32,18 @@ import (
 //	            it; -changes times one instance of the middle service turns
 //	            critical, then passing again: from the Consul write to the
 //	            change served (polled through HAProxy) and to seamless's
-//	            "applied with a reload" record
+//	            record of it applied (over the runtime API or with a reload)
 //	RSS         seamless's VmRSS once the catalog is loaded, and after the
 //	            changes; VmHWM is its peak
 //	requests    seamless_consul_requests_total per change
 //
-// The smaller counts show what grows with the catalog and what does not.
+// The in-process render uses the options seamless renders with (its
+// defaults from `seamless env`, and what the row sets), and is compared
+// with the haproxy.cfg seamless wrote. Rows repeat for each -slots value:
+// with server slots a change goes over the runtime API, with 0 it reloads.
+// Every instance is at 127.0.0.1 on one of -instances named backends, so
+// that HAProxy's health checks pass. The smaller counts show what grows
+// with the catalog and what does not.
 
 type scaleOptions struct {
 	keep                      bool
@@ -164,7 +170,7 @@ func parseScaleFlags(args []string, stderr io.Writer) (scaleOptions, error) {
 	fs.IntVar(&o.changes, "changes", 10, "changes per row (one instance critical, then passing again, ...)")
 	fs.IntVar(&o.renders, "renders", 9, "in-process renders timed per row")
 	fs.IntVar(&o.checks, "checks", 3, "haproxy -c runs timed per row")
-	fs.Var(&o.env, "env", "`NAME=VALUE`: a further SEAMLESS_* variable for seamless (repeatable), e.g. SEAMLESS_LOG_LEVEL=debug")
+	fs.Var(&o.env, "env", "a further SEAMLESS_* variable for seamless, `NAME=VALUE` (repeatable), e.g. SEAMLESS_LOG_LEVEL=debug")
 	fs.StringVar(&o.wait, "wait", "default", "SEAMLESS_WAIT for seamless (\"default\": the binary's own)")
 	fs.StringVar(&o.slots, "slots", "default,0", "SEAMLESS_SERVER_SLOTS values, one set of rows each (\"default\": the binary's own; 0 reloads for every change)")
 	fs.DurationVar(&o.every, "poll", 2*time.Millisecond, "interval of the probes through HAProxy")
