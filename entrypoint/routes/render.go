@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"regexp"
-	"slices"
 	"strings"
 	"text/template"
 	"time"
@@ -110,23 +109,28 @@ func (r *Renderer) Render(st model.State) (model.Rendering, error) {
 }
 
 // fillSlots describes the slots of v and the structure around them: the
-// same configuration with every slot blanked.
+// configuration with every server line cut after the server's name (in
+// slot mode every server line is a slot's).
 func (r *Renderer) fillSlots(out *model.Rendering, v view) {
-	blank := v
-	blank.Backends = slices.Clone(v.Backends)
-	for i, b := range blank.Backends {
+	for _, b := range v.Backends {
 		out.Servers = append(out.Servers, b.slots...)
-		srvs := make([]viewServer, len(b.Servers))
-		for j, s := range b.Servers {
-			srvs[j] = viewServer{Name: s.Name, Addr: "-"}
-		}
-		blank.Backends[i].Servers = srvs
 		if !b.recheck.IsZero() && (out.Recheck.IsZero() || b.recheck.Before(out.Recheck)) {
 			out.Recheck = b.recheck
 		}
 	}
 	h := sha256.New()
-	_ = tmpl.Execute(h, blank)
+	rest := out.Config
+	for len(rest) > 0 {
+		line, next, _ := bytes.Cut(rest, []byte("\n"))
+		rest = next
+		if srv, ok := bytes.CutPrefix(line, []byte("    server ")); ok {
+			name, _, _ := bytes.Cut(srv, []byte(" "))
+			h.Write([]byte("    server "))
+			line = name
+		}
+		h.Write(line)
+		h.Write([]byte("\n"))
+	}
 	out.Structure = h.Sum(nil)
 }
 
