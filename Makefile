@@ -7,7 +7,8 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 CACHE := $(CURDIR)/.cache
 
 .PHONY: all build deps test test-matrix test-docker image consul demo demo-reload bench-reload clean \
-	image-consul image-demo-backend compose-consul compose-file compose-docker compose-down
+	image-consul image-demo-backend compose-consul compose-file compose-docker compose-down \
+	bench-propagation bench-scale
 
 all: build
 
@@ -140,6 +141,15 @@ demo-reload:
 BENCH_FLAGS ?=
 bench-reload: deps build
 	$(GO) run ./cmd/seamless-bench reload -seamless bin/seamless $(BENCH_FLAGS)
+
+# Discovery benchmarks with a real Consul: from a registration or health
+# change to the first request served accordingly (runtime API and reload,
+# wait default and 0); and 100 / 1,000 services × 10 instances (render,
+# haproxy -c, apply, RSS, Consul requests per change).
+bench-propagation: deps build $(CONSUL)
+	$(GO) run ./cmd/seamless-bench propagation -seamless bin/seamless -consul $(CONSUL) $(BENCH_FLAGS)
+bench-scale: deps build $(CONSUL)
+	$(GO) run ./cmd/seamless-bench scale -seamless bin/seamless -consul $(CONSUL) $(BENCH_FLAGS)
 
 clean:
 	rm -rf bin $(CACHE)
