@@ -92,6 +92,13 @@ func (b *box) write(version int) {
 
 func start(t *testing.T, c *client.Client, image string) *box {
 	t.Helper()
+	return startBox(t, c, image, false)
+}
+
+// startBox starts image; official runs HAProxy itself as PID 1, as the
+// official image does (`haproxy -W -db`), with no seamless in front.
+func startBox(t *testing.T, c *client.Client, image string, official bool) *box {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "seamless-docker-")
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +119,9 @@ func start(t *testing.T, c *client.Client, image string) *box {
 			Image:        image,
 			ExposedPorts: network.PortSet{fe: {}, st: {}},
 			Labels:       map[string]string{"seamless.test": t.Name()},
+			Entrypoint:   entrypoint(official),
+			Cmd:          command(official),
+			Healthcheck:  healthcheck(official),
 		},
 		HostConfig: &container.HostConfig{
 			Binds: []string{dir + ":/usr/local/etc/haproxy:ro"},
@@ -137,8 +147,11 @@ func start(t *testing.T, c *client.Client, image string) *box {
 	insp := b.inspect()
 	b.front = hostAddr(t, insp.NetworkSettings.Ports[fe])
 	b.status = hostAddr(t, insp.NetworkSettings.Ports[st])
-	testenv.Eventually(t, 30*time.Second, "seamless healthy in the container", func() bool {
-		code, _ := testenv.Get("http://" + b.status + "/healthz")
+	testenv.Eventually(t, 30*time.Second, "the container serves", func() bool {
+		code := 200
+		if !official {
+			code, _ = testenv.Get("http://" + b.status + "/healthz")
+		}
 		body := ""
 		if code == 200 {
 			_, body = testenv.Get("http://" + b.front + "/")
@@ -146,6 +159,27 @@ func start(t *testing.T, c *client.Client, image string) *box {
 		return body == "v0"
 	})
 	return b
+}
+
+func entrypoint(official bool) []string {
+	if official {
+		return []string{"haproxy"}
+	}
+	return nil
+}
+
+func command(official bool) []string {
+	if official {
+		return []string{"-W", "-db", "-f", "/usr/local/etc/haproxy/haproxy.cfg"}
+	}
+	return nil
+}
+
+func healthcheck(official bool) *container.HealthConfig {
+	if official {
+		return &container.HealthConfig{Test: []string{"NONE"}}
+	}
+	return nil
 }
 
 func hostAddr(t *testing.T, bs []network.PortBinding) string {
@@ -301,4 +335,82 @@ func TestDockerStopDrains(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSideBySideWithTheOfficialImage runs the headline twice under the same
+// load and pacing — 100 `docker kill -s HUP` 100 ms apart, the config
+// changing before every other one — once through seamless and once with
+// HAProxy itself as PID 1 (`haproxy -W -db`, what the official image
+// runs), and prints the numbers side by side. Only seamless's are asserted:
+// no failed request, and the last config runs.
+func TestSideBySideWithTheOfficialImage(t *testing.T) {
+	c := dockerClient(t)
+	imgs := images()
+	image := imgs[len(imgs)-1]
+	type row struct {
+		name             string
+		requests, failed [2]int64
+		lastRuns         bool
+		served           string
+	}
+	var rows []row
+	for _, official := range []bool{false, true} {
+		name := "seamless"
+		if official {
+			name = "haproxy -W -db as PID 1"
+		}
+		b := startBox(t, c, image, official)
+		var loads []*loadgen.Load
+		for _, m := range []loadgen.Mode{loadgen.NewConn, loadgen.KeepAlive} {
+			l, err := loadgen.Start(context.Background(), loadgen.Config{
+				Target: b.front, Mode: m, Workers: 8, MaxRequests: 5_000_000, MaxDuration: 5 * time.Minute,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Stop()
+			loads = append(loads, l)
+		}
+		last := 0
+		tick := time.NewTicker(100 * time.Millisecond)
+		for i := 1; i <= 100; i++ {
+			if i%2 == 0 {
+				last = i
+				b.write(last)
+			}
+			b.kill("HUP")
+			<-tick.C // the pacing of the scenario, not a synchronisation
+		}
+		tick.Stop()
+		r := row{name: name}
+		want := fmt.Sprintf("v%d", last)
+		// Give both the same chance to settle.
+		deadline := time.Now().Add(15 * time.Second)
+		for time.Now().Before(deadline) {
+			if _, r.served = testenv.Get("http://" + b.front + "/"); r.served == want {
+				r.lastRuns = true
+				break
+			}
+			time.Sleep(100 * time.Millisecond) // polling interval
+		}
+		for i, l := range loads {
+			res := l.Stop()
+			r.requests[i], r.failed[i] = res.Requests, res.Failed
+		}
+		rows = append(rows, r)
+		if !official {
+			if r.failed != [2]int64{} || !r.lastRuns {
+				t.Errorf("seamless: %d and %d failed requests, serves %q, want %q", r.failed[0], r.failed[1], r.served, want)
+			}
+		}
+		_, _ = c.ContainerRemove(context.Background(), b.id, client.ContainerRemoveOptions{Force: true})
+	}
+	var out strings.Builder
+	fmt.Fprintf(&out, "\n%s, 100 x docker kill -s HUP 100 ms apart, config changed before every other one:\n", image)
+	fmt.Fprintf(&out, "%-24s | %-27s | %-27s | %s\n", "PID 1", "new connection: failed/all", "keep-alive: failed/all", "last config runs")
+	for _, r := range rows {
+		fmt.Fprintf(&out, "%-24s | %12d / %-12d | %12d / %-12d | %v (serves %s)\n", r.name,
+			r.failed[0], r.requests[0], r.failed[1], r.requests[1], r.lastRuns, r.served)
+	}
+	t.Log(out.String())
 }
