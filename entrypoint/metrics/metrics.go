@@ -134,6 +134,8 @@ var (
 		"1 when the last attempt to read the discovery source succeeded.", []string{"source"}, nil)
 	sourceSuccessDesc = prometheus.NewDesc("seamless_source_last_success_timestamp_seconds",
 		"Unix time of the last successful read of the discovery source.", []string{"source"}, nil)
+	sourceErrorDesc = prometheus.NewDesc("seamless_source_last_error_timestamp_seconds",
+		"Unix time of the last failed read of the discovery source (the error is on /status and in the log).", []string{"source"}, nil)
 )
 
 type sourceCollector func() []model.SourceStatus
@@ -141,6 +143,7 @@ type sourceCollector func() []model.SourceStatus
 func (c sourceCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sourceUpDesc
 	ch <- sourceSuccessDesc
+	ch <- sourceErrorDesc
 }
 
 func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
@@ -153,6 +156,10 @@ func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
 		if !s.LastSuccess.IsZero() {
 			ch <- prometheus.MustNewConstMetric(sourceSuccessDesc, prometheus.GaugeValue,
 				float64(s.LastSuccess.UnixNano())/1e9, s.Name)
+		}
+		if !s.LastErrorAt.IsZero() {
+			ch <- prometheus.MustNewConstMetric(sourceErrorDesc, prometheus.GaugeValue,
+				float64(s.LastErrorAt.UnixNano())/1e9, s.Name)
 		}
 	}
 }

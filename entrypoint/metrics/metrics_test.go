@@ -1,0 +1,35 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/seamless-lb/seamless/entrypoint/model"
+)
+
+func TestSourceStatusIsExported(t *testing.T) {
+	m := New()
+	ok := time.Unix(1_800_000_000, 0)
+	bad := ok.Add(time.Minute)
+	m.WatchSources(func() []model.SourceStatus {
+		return []model.SourceStatus{
+			{Name: "consul", Up: false, LastSuccess: ok, LastError: "connection refused", LastErrorAt: bad},
+			{Name: "file", Up: true, LastSuccess: ok},
+		}
+	})
+	want := `
+# HELP seamless_source_last_error_timestamp_seconds Unix time of the last failed read of the discovery source (the error is on /status and in the log).
+# TYPE seamless_source_last_error_timestamp_seconds gauge
+seamless_source_last_error_timestamp_seconds{source="consul"} 1.80000006e+09
+# HELP seamless_source_up 1 when the last attempt to read the discovery source succeeded.
+# TYPE seamless_source_up gauge
+seamless_source_up{source="consul"} 0
+seamless_source_up{source="file"} 1
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want),
+		"seamless_source_up", "seamless_source_last_error_timestamp_seconds"); err != nil {
+		t.Error(err)
+	}
+}
