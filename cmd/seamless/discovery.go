@@ -90,6 +90,7 @@ type discovery struct {
 	applier *apply.Applier
 	cancel  context.CancelFunc
 	done    chan struct{}
+	running bool // run was called: done will be closed
 }
 
 // startDiscovery starts the sources and writes the first configuration to
@@ -161,12 +162,17 @@ func (d *discovery) run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := d.cancel
 	d.cancel = func() { cancel(); stopped() }
+	d.running = true
 	go func() { defer close(d.done); d.applier.Run(ctx) }()
 }
 
+// stop ends the applier (if run started it) and the sources. serve can
+// return before run, when HAProxy cannot be started.
 func (d *discovery) stop() {
 	d.cancel()
-	<-d.done
+	if d.running {
+		<-d.done
+	}
 	d.applier.Wait()
 }
 

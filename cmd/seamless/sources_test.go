@@ -165,3 +165,37 @@ func TestRenderPrintsWhatWouldBeApplied(t *testing.T) {
 		}
 	}
 }
+
+// A start-up that fails after discovery has started (here: the defaults
+// file cannot be written) must end seamless, not leave it waiting for an
+// applier that never ran.
+func TestStartupFailureAfterDiscoveryExits(t *testing.T) {
+	testenv.HAProxy(t)
+	dir := t.TempDir()
+	writeAtomic(t, filepath.Join(dir, "web.yaml"), fmt.Sprintf(webService, instancesYAML(9001)))
+	runDir := filepath.Join(t.TempDir(), "run")
+	if err := os.MkdirAll(filepath.Join(runDir, "defaults.cfg"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(seamlessBin)
+	cmd.Env = append(os.Environ(), "SEAMLESS_SOURCES=file", "SEAMLESS_SERVICES_DIR="+dir, "SEAMLESS_RUN_DIR="+runDir,
+		"SEAMLESS_STATE_DIR="+filepath.Join(t.TempDir(), "state"), "SEAMLESS_HTTP_BIND=127.0.0.1:18093",
+		"SEAMLESS_STATS_BIND=", "SEAMLESS_STATUS_ADDR=")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+		if code := cmd.ProcessState.ExitCode(); code != exitUsage || !strings.Contains(out.String(), "cannot write defaults file") {
+			t.Errorf("exit %d, want %d after the defaults file failed\n%s", code, exitUsage, out.String())
+		}
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("seamless hung after a failed start:\n%s", out.String())
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seamless-lb/seamless/entrypoint/haproxy"
 	"github.com/seamless-lb/seamless/entrypoint/metrics"
 	"github.com/seamless-lb/seamless/entrypoint/model"
 	"github.com/seamless-lb/seamless/entrypoint/reload"
@@ -97,6 +98,10 @@ type Record struct {
 	Duration time.Duration `json:"duration_ns"`
 	Error    string        `json:"error,omitempty"`
 }
+
+// retryAfter spaces attempts at a rendering whose reload could not be
+// confirmed (as opposed to refused).
+const retryAfter = 5 * time.Second
 
 // historySize is how many applies History keeps.
 const historySize = 20
@@ -468,12 +473,9 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 		}
 	}
 	o, err := a.opts.Reload(ctx, "discovery: "+why)
-	if err != nil {
-		return // stopping
-	}
-	if !o.OK {
-		a.refused = sum
-		a.record(metrics.Failed, why, change, start, o.Err)
+	if err != nil || !o.OK {
+		// HAProxy runs the previous file: put it back, so that the file
+		// on disk stays what runs (also when stopping).
 		if !bytes.Equal(previous, rend.Config) && previous != nil {
 			if err := WriteFile(a.opts.Path, previous, 0o640); err != nil {
 				a.log.Error("cannot restore the configuration HAProxy runs", "path", a.opts.Path, "err", err)
@@ -481,6 +483,21 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 				a.running = previous
 			}
 		}
+	}
+	if err != nil {
+		return // stopping
+	}
+	if !o.OK {
+		var ce *haproxy.ConfigError
+		if errors.Is(o.Err, reload.ErrRefused) || errors.As(o.Err, &ce) {
+			// The same bytes would fail again: wait for different ones.
+			a.refused = sum
+		} else {
+			// Not confirmed in time, or haproxy -c could not run: try
+			// the same rendering again later.
+			a.recheck = time.Now().Add(retryAfter)
+		}
+		a.record(metrics.Failed, why, change, start, o.Err)
 		a.log.Error("HAProxy did not take the new configuration; the file is back to what runs",
 			"why", why, "change", change, "err", o.Err)
 		return
@@ -513,7 +530,7 @@ func (a *Applier) runtime(ctx context.Context, rend model.Rendering) error {
 	if err != nil {
 		return err
 	}
-	if err := verify(rend.Servers, states); err != nil {
+	if err := verify(rend.Servers, states, touchedSlots(cmds)); err != nil {
 		return err
 	}
 	if err := WriteFile(a.opts.Path, rend.Config, 0o640); err != nil {
@@ -530,8 +547,12 @@ func (a *Applier) saveServerState(ctx context.Context, next model.Rendering) {
 		return
 	}
 	state := "1\n"
+	var prev []model.ServerSlot
+	if a.runRend != nil {
+		prev = a.runRend.Servers
+	}
 	if raw, _, err := a.opts.Runtime.ServersState(ctx); err == nil {
-		state = keepState(raw, next.Servers)
+		state = keepState(raw, prev, next.Servers)
 	} else {
 		a.log.Warn("cannot save the servers' runtime state; the new worker starts from the file", "err", err)
 	}

@@ -66,8 +66,12 @@ func plan(from, to []model.ServerSlot) ([]string, error) {
 	return cmds, nil
 }
 
-// verify checks that HAProxy runs the slots as want describes them.
-func verify(want []model.ServerSlot, got []haproxy.ServerState) error {
+// verify checks that HAProxy runs the slots the plan changed (touched, by
+// backend/server) as want describes them. Slots the plan left alone are
+// not held to the rendering: an operator may have drained one by hand.
+// A slot addressed by a DNS name is not compared by address: HAProxy
+// reports what the name resolved to.
+func verify(want []model.ServerSlot, got []haproxy.ServerState, touched map[string]bool) error {
 	have := make(map[string]haproxy.ServerState, len(got))
 	for _, s := range got {
 		have[slotKey(s.Backend, s.Server)] = s
@@ -76,10 +80,16 @@ func verify(want []model.ServerSlot, got []haproxy.ServerState) error {
 	for _, w := range want {
 		k := slotKey(w.Backend, w.Server)
 		g, ok := have[k]
-		switch {
-		case !ok:
+		if !ok {
 			bad = append(bad, k+" is missing")
-		case w.State == model.SlotReady && (g.Mode() != model.SlotReady || g.Address != w.Address || g.Port != w.Port || g.Weight != w.Weight):
+			continue
+		}
+		if !touched[k] {
+			continue
+		}
+		_, ipErr := netip.ParseAddr(w.Address)
+		switch {
+		case w.State == model.SlotReady && (g.Mode() != model.SlotReady || (ipErr == nil && g.Address != w.Address) || g.Port != w.Port || g.Weight != w.Weight):
 			bad = append(bad, fmt.Sprintf("%s is %s %s:%d weight %d, want ready %s:%d weight %d",
 				k, g.Mode(), g.Address, g.Port, g.Weight, w.Address, w.Port, w.Weight))
 		case w.State == model.SlotDrain && g.Mode() == model.SlotReady,
@@ -93,12 +103,28 @@ func verify(want []model.ServerSlot, got []haproxy.ServerState) error {
 	return nil
 }
 
-// keepState filters a saved `show servers state` for the next worker: only
-// servers that keep their address, port and state (ready, or draining)
-// carry their runtime state (a drain, a weight an operator set) over. A
-// slot that now holds another instance, or the same instance again after
-// it was drained and freed, must start as the file says.
-func keepState(raw string, next []model.ServerSlot) string {
+// touchedSlots names the slots cmds change.
+func touchedSlots(cmds []string) map[string]bool {
+	out := map[string]bool{}
+	for _, c := range cmds {
+		if f := strings.Fields(c); len(f) > 2 {
+			out[f[2]] = true
+		}
+	}
+	return out
+}
+
+// keepState filters a saved `show servers state` for the next worker: a
+// server carries its runtime state (a drain, a maintenance or a weight set
+// by an operator) over only when its slot holds the same instance at the
+// same address before and after. A slot that now holds another instance,
+// or the same one again after it was drained and freed, starts as the file
+// says.
+func keepState(raw string, prev, next []model.ServerSlot) string {
+	before := map[string]model.ServerSlot{}
+	for _, s := range prev {
+		before[slotKey(s.Backend, s.Server)] = s
+	}
 	keep := map[string]model.ServerSlot{}
 	for _, s := range next {
 		keep[slotKey(s.Backend, s.Server)] = s
@@ -121,8 +147,11 @@ func keepState(raw string, next []model.ServerSlot) string {
 		}
 		s := states[i]
 		i++
-		n, ok := keep[slotKey(s.Backend, s.Server)]
-		if ok && n.Address == s.Address && n.Port == s.Port && n.State != model.SlotMaint && s.Mode() == n.State {
+		k := slotKey(s.Backend, s.Server)
+		n, ok := keep[k]
+		p := before[k]
+		if ok && n.Instance != "" && n.Instance == p.Instance && n.Address == p.Address && n.Port == p.Port &&
+			n.Port == s.Port {
 			b.WriteString(line + "\n")
 		}
 	}

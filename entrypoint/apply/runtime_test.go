@@ -57,7 +57,8 @@ func TestVerify(t *testing.T) {
 		{Backend: "http-web", Server: "s2", Address: "10.0.0.2", Port: 80, Weight: 1, Admin: 8},
 		{Backend: "http-web", Server: "s3", Address: "127.0.0.1", Port: 1, Weight: 1, Admin: 5},
 	}
-	if err := verify(want, ok); err != nil {
+	all := map[string]bool{"http-web/s1": true, "http-web/s2": true, "http-web/s3": true}
+	if err := verify(want, ok, all); err != nil {
 		t.Errorf("matching state refused: %v", err)
 	}
 	wrongPort := slices.Clone(ok)
@@ -65,9 +66,22 @@ func TestVerify(t *testing.T) {
 	stillReady := slices.Clone(ok)
 	stillReady[1].Admin = 0
 	for name, got := range map[string][]haproxy.ServerState{"wrong port": wrongPort, "drain not applied": stillReady, "server missing": ok[1:]} {
-		if err := verify(want, got); err == nil {
+		if err := verify(want, got, all); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+	// An operator drained s1 by hand; a plan that touches only s3 leaves
+	// it so.
+	drained := slices.Clone(ok)
+	drained[0].Admin = 8
+	if err := verify(want, drained, map[string]bool{"http-web/s3": true}); err != nil {
+		t.Errorf("an operator's drain on an untouched slot refused: %v", err)
+	}
+	// A slot addressed by a name: HAProxy reports the resolved address.
+	named := slices.Clone(want)
+	named[0].Address = "web.internal"
+	if err := verify(named, ok, all); err != nil {
+		t.Errorf("a DNS-named slot refused: %v", err)
 	}
 }
 
@@ -77,11 +91,15 @@ func TestKeepStateCarriesOnlyUnmovedServers(t *testing.T) {
 		"2 http-web 2 s2 10.0.0.2 2 0 5 1 80\n" + // ready, its slot now holds another instance
 		"2 http-web 3 s3 10.0.0.3 2 0 1 1 80\n" + // freed
 		"2 http-web 4 s4 10.0.0.4 2 1 1 1 80\n" // drained and freed; its instance is back
+	prev := []model.ServerSlot{sl("s1", "a", "10.0.0.1", 80, 1, model.SlotDrain), sl("s2", "b", "10.0.0.2", 80, 5, model.SlotReady),
+		sl("s3", "c", "10.0.0.3", 80, 1, model.SlotReady), free("s4"), sl("s5", "e", "10.0.0.5", 80, 1, model.SlotReady)}
 	next := []model.ServerSlot{sl("s1", "a", "10.0.0.1", 80, 1, model.SlotDrain), sl("s2", "x", "10.0.0.9", 80, 1, model.SlotReady),
-		free("s3"), sl("s4", "d", "10.0.0.4", 80, 1, model.SlotReady)}
-	got := keepState(raw, next)
-	if !strings.Contains(got, " s1 ") || strings.Contains(got, " s2 ") || strings.Contains(got, " s3 ") || strings.Contains(got, " s4 ") {
-		t.Errorf("kept:\n%s\nwant s1 only", got)
+		free("s3"), sl("s4", "d", "10.0.0.4", 80, 1, model.SlotReady), sl("s5", "e", "10.0.0.5", 80, 1, model.SlotReady)}
+	raw += "2 http-web 5 s5 10.0.0.5 2 1 1 1 80\n" // an operator put it in maintenance
+	got := keepState(raw, prev, next)
+	if !strings.Contains(got, " s1 ") || strings.Contains(got, " s2 ") || strings.Contains(got, " s3 ") ||
+		strings.Contains(got, " s4 ") || !strings.Contains(got, " s5 ") {
+		t.Errorf("kept:\n%s\nwant s1 (draining) and s5 (operator's maintenance) only", got)
 	}
 	if !strings.HasPrefix(got, "1\n# be_id") {
 		t.Errorf("kept state lost its header:\n%s", got)

@@ -21,6 +21,10 @@ import (
 	"github.com/seamless-lb/seamless/entrypoint/metrics"
 )
 
+// ErrRefused: HAProxy answered that the new configuration did not load
+// (often a bind error that haproxy -c cannot see).
+var ErrRefused = errors.New("HAProxy refused the new configuration")
+
 // Master is the part of HAProxy's master CLI a reload needs.
 type Master interface {
 	Reload(ctx context.Context) (haproxy.ReloadResult, error)
@@ -233,7 +237,7 @@ func (r *Reloader) reload(ctx context.Context, reasons []string) Outcome {
 		r.log.Error("reload sent but not confirmed within SEAMLESS_RELOAD_TIMEOUT; HAProxy may still be loading it, check its messages above",
 			"reason", why, "duration", o.Duration, "err", err)
 	case !res.OK:
-		o.Err = fmt.Errorf("HAProxy refused the new configuration")
+		o.Err = ErrRefused
 		r.metrics.Reloads.WithLabelValues(metrics.Failure).Inc()
 		r.log.Error("reload failed, old workers keep serving the previous configuration; often a bind error that haproxy -c cannot see",
 			"reason", why, "duration", o.Duration, "haproxy", r.messages(ctx, res, mark))
