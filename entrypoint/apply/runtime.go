@@ -117,9 +117,9 @@ func touchedSlots(cmds []string) map[string]bool {
 // keepState filters a saved `show servers state` for the next worker: a
 // server carries its runtime state (a drain, a maintenance or a weight set
 // by an operator) over only when its slot holds the same instance at the
-// same address before and after. A slot that now holds another instance,
-// or the same one again after it was drained and freed, starts as the file
-// says.
+// same address, in the same planned state, before and after. A slot that
+// now holds another instance, the same one again after it was drained and
+// freed, or a draining one that is back, starts as the file says.
 func keepState(raw string, prev, next []model.ServerSlot) string {
 	before := map[string]model.ServerSlot{}
 	for _, s := range prev {
@@ -151,7 +151,7 @@ func keepState(raw string, prev, next []model.ServerSlot) string {
 		n, ok := keep[k]
 		p := before[k]
 		if ok && n.Instance != "" && n.Instance == p.Instance && n.Address == p.Address && n.Port == p.Port &&
-			n.Port == s.Port {
+			n.State == p.State && n.Port == s.Port {
 			b.WriteString(line + "\n")
 		}
 	}

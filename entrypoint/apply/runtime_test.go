@@ -95,10 +95,13 @@ func TestKeepStateCarriesOnlyUnmovedServers(t *testing.T) {
 		sl("s3", "c", "10.0.0.3", 80, 1, model.SlotReady), free("s4"), sl("s5", "e", "10.0.0.5", 80, 1, model.SlotReady)}
 	next := []model.ServerSlot{sl("s1", "a", "10.0.0.1", 80, 1, model.SlotDrain), sl("s2", "x", "10.0.0.9", 80, 1, model.SlotReady),
 		free("s3"), sl("s4", "d", "10.0.0.4", 80, 1, model.SlotReady), sl("s5", "e", "10.0.0.5", 80, 1, model.SlotReady)}
-	raw += "2 http-web 5 s5 10.0.0.5 2 1 1 1 80\n" // an operator put it in maintenance
+	prev = append(prev, sl("s6", "f", "10.0.0.6", 80, 1, model.SlotDrain))
+	next = append(next, sl("s6", "f", "10.0.0.6", 80, 1, model.SlotReady))
+	raw += "2 http-web 5 s5 10.0.0.5 2 1 1 1 80\n" + // an operator put it in maintenance
+		"2 http-web 6 s6 10.0.0.6 2 8 1 1 80\n" // drained by seamless; its instance is back
 	got := keepState(raw, prev, next)
 	if !strings.Contains(got, " s1 ") || strings.Contains(got, " s2 ") || strings.Contains(got, " s3 ") ||
-		strings.Contains(got, " s4 ") || !strings.Contains(got, " s5 ") {
+		strings.Contains(got, " s4 ") || !strings.Contains(got, " s5 ") || strings.Contains(got, " s6 ") {
 		t.Errorf("kept:\n%s\nwant s1 (draining) and s5 (operator's maintenance) only", got)
 	}
 	if !strings.HasPrefix(got, "1\n# be_id") {
