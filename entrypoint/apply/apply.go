@@ -298,8 +298,13 @@ func (a *Applier) first(ctx context.Context, complete bool) error {
 	a.runRend, a.recheck = &rend, rend.Recheck
 	a.countDiscovered()
 	a.opts.Metrics.LastApply.SetToCurrentTime()
-	if complete && len(rend.Missing) == 0 {
+	switch {
+	case complete && len(rend.Missing) == 0:
 		a.setReady(nil)
+	case len(rend.Missing) > 0:
+		a.setReady(fmt.Errorf("the template still waits for %s", queryList(rend.Missing)))
+	default:
+		a.markApplied() // names the source that has not answered
 	}
 	a.log.Info("configuration written", "path", a.opts.Path, "complete", complete && len(rend.Missing) == 0,
 		"instances", len(a.applied.Instances))
