@@ -202,6 +202,9 @@ func TestConsulDiscoveryEndToEnd(t *testing.T) {
 	r.eventuallyServedBy(t, "api.example", "api1")
 
 	t.Log("Consul is away for 20 s")
+	// The new route came with a reload, which HAProxy serves a moment
+	// before the master confirms it.
+	testenv.Eventually(t, 10*time.Second, "the new route's reload confirmed", func() bool { return in.metric(successes) >= 1 })
 	reloads := in.metric(successes)
 	r.consul.Stop()
 	away := time.Now()
