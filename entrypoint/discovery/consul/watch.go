@@ -2,7 +2,7 @@ package consul
 
 import (
 	"context"
-	"math/rand/v2"
+	"github.com/seamless-lb/seamless/internal/backoff"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -61,14 +61,14 @@ func (s *Source) runWatch(ctx context.Context, w *watch) {
 			return
 		}
 		if err != nil {
-			d := bo.next()
+			d := bo.Next()
 			s.failed(w, err, d)
 			if !sleep(ctx, d) {
 				return
 			}
 			continue
 		}
-		bo.reset()
+		bo.Reset()
 		s.succeeded(w, r)
 		if !sleep(ctx, minInterval) {
 			return
@@ -89,27 +89,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// backoff is exponential backoff with jitter: attempt n waits a random time
-// between half and all of min·2ⁿ, capped at max.
-type backoff struct {
-	min, max time.Duration
-	attempt  int
-}
-
-func newBackoff() *backoff { return &backoff{min: 250 * time.Millisecond, max: 10 * time.Second} }
-
-func (b *backoff) next() time.Duration {
-	d := b.max
-	if b.attempt < 32 {
-		if e := b.min << b.attempt; e > 0 && e < b.max {
-			d = e
-		}
-	}
-	b.attempt++
-	return d/2 + rand.N(d/2+1)
-}
-
-func (b *backoff) reset() { b.attempt = 0 }
+func newBackoff() *backoff.Backoff { return backoff.New(250*time.Millisecond, 10*time.Second) }
 
 // queryOptions are the options of every read: the datacenter, stale reads,
 // and for a blocking query (index > 0) the index and wait. The context

@@ -183,7 +183,7 @@ func (s *Source) Run(ctx context.Context, out chan<- model.Snapshot) {
 			sent, pending = snap.Local(), nil
 			continue
 		case m := <-ev.messages():
-			streamBO.reset()
+			streamBO.Reset()
 			if !relevant(m, s.network, known) {
 				continue
 			}
@@ -201,11 +201,11 @@ func (s *Source) Run(ctx context.Context, out chan<- model.Snapshot) {
 				return
 			}
 			if ev.age() > streamSettled {
-				streamBO.reset() // it had been fine: this is a new series
+				streamBO.Reset() // it had been fine: this is a new series
 			}
 			ev.close()
 			ev = nil
-			retry := streamBO.next()
+			retry := streamBO.Next()
 			s.streamFailed(err, retry)
 			refreshT.Reset(retry) // subscribe again, and re-list what the gap hid
 			continue
@@ -223,7 +223,7 @@ func (s *Source) Run(ctx context.Context, out chan<- model.Snapshot) {
 			return
 		}
 		if err != nil {
-			retry := listBO.next()
+			retry := listBO.Next()
 			s.listFailed(err, retry)
 			refreshT.Reset(retry)
 			continue
@@ -234,13 +234,13 @@ func (s *Source) Run(ctx context.Context, out chan<- model.Snapshot) {
 		case err := <-ev.errors():
 			ev.close()
 			ev = nil
-			retry := streamBO.next()
+			retry := streamBO.Next()
 			s.streamFailed(err, retry)
 			refreshT.Reset(retry)
 		default:
 			refreshT.Reset(s.rescan)
 		}
-		listBO.reset()
+		listBO.Reset()
 		s.listed(ev != nil)
 		cat, ids := tr.update(found)
 		known = ids

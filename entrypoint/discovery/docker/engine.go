@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/seamless-lb/seamless/internal/backoff"
 	"io"
-	"math/rand/v2"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -124,30 +124,8 @@ func isEOF(err error) bool {
 	return err == nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
-// backoff is exponential backoff with jitter: attempt n waits a random time
-// between half and all of min·2ⁿ, capped at max.
-type backoff struct {
-	min, max time.Duration
-	attempt  int
-}
-
 // newBackoff starts at 250 ms and doubles up to 30 s, or to limit if that
 // is less (a retry need not wait longer than the next rescan would).
-func newBackoff(limit time.Duration) *backoff {
-	b := &backoff{min: 250 * time.Millisecond, max: min(30*time.Second, limit)}
-	b.min = min(b.min, b.max)
-	return b
+func newBackoff(limit time.Duration) *backoff.Backoff {
+	return backoff.New(250*time.Millisecond, min(30*time.Second, limit))
 }
-
-func (b *backoff) next() time.Duration {
-	d := b.max
-	if b.attempt < 32 {
-		if e := b.min << b.attempt; e > 0 && e < b.max {
-			d = e
-		}
-	}
-	b.attempt++
-	return d/2 + rand.N(d/2+1)
-}
-
-func (b *backoff) reset() { b.attempt = 0 }
