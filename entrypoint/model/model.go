@@ -5,6 +5,7 @@ package model
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -270,4 +271,47 @@ func (in Instance) ServiceID() string {
 		}
 	}
 	return in.ID
+}
+
+// WorstStatus is the worst of statuses in Consul's precedence:
+// maintenance, critical, warning, passing; passing when there are none.
+func WorstStatus(statuses ...string) string {
+	rank := func(s string) int {
+		switch s {
+		case StatusMaintenance:
+			return 3
+		case StatusCritical:
+			return 2
+		case StatusWarning:
+			return 1
+		}
+		return 0
+	}
+	w := StatusPassing
+	for _, s := range statuses {
+		if rank(s) > rank(w) {
+			w = s
+		}
+	}
+	return w
+}
+
+// DiffInstances counts instances by ID: new, gone, and different, for the
+// sources' log lines.
+func DiffInstances(before, after []Instance) (added, removed, changed int) {
+	old := map[string]*Instance{}
+	for i := range before {
+		old[before[i].ID] = &before[i]
+	}
+	for i := range after {
+		b, ok := old[after[i].ID]
+		switch {
+		case !ok:
+			added++
+		case !reflect.DeepEqual(*b, after[i]):
+			changed++
+		}
+		delete(old, after[i].ID)
+	}
+	return added, removed + len(old), changed
 }

@@ -27,3 +27,19 @@ func TestMergeKeepsTheFirstSourcesInstance(t *testing.T) {
 		t.Errorf("merged %+v, want consul's instance only", got)
 	}
 }
+
+func TestWorstStatus(t *testing.T) {
+	for _, tc := range []struct {
+		in   []string
+		want string
+	}{
+		{nil, StatusPassing},
+		{[]string{StatusPassing, StatusWarning}, StatusWarning},
+		{[]string{StatusWarning, StatusCritical, StatusPassing}, StatusCritical},
+		{[]string{StatusCritical, StatusMaintenance}, StatusMaintenance},
+	} {
+		if got := WorstStatus(tc.in...); got != tc.want {
+			t.Errorf("WorstStatus(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

@@ -49,25 +49,11 @@ type HealthChecks []*HealthCheck
 // AggregatedStatus is the worst status of the checks: maintenance,
 // critical, warning, then passing (Consul's order).
 func (c HealthChecks) AggregatedStatus() string {
-	worst := model.StatusPassing
-	for _, ch := range c {
-		if statusRank(ch.Status) > statusRank(worst) {
-			worst = ch.Status
-		}
+	st := make([]string, len(c))
+	for i, ch := range c {
+		st[i] = ch.Status
 	}
-	return worst
-}
-
-func statusRank(s string) int {
-	switch s {
-	case model.StatusMaintenance:
-		return 3
-	case model.StatusCritical:
-		return 2
-	case model.StatusWarning:
-		return 1
-	}
-	return 0
+	return model.WorstStatus(st...)
 }
 
 // HealthService is one instance of a service, as `service` returns it.

@@ -135,7 +135,7 @@ func convert(c container.InspectResponse, netName string, k *kill, now time.Time
 	if k != nil && k.stops(c, now) {
 		in.Checks = append(in.Checks, model.Check{CheckID: CheckStopping, Name: "Docker stop", Status: model.StatusMaintenance,
 			Notes: "the container is stopping (" + signalName(k.signal) + ")", ServiceID: in.ID, ServiceName: in.Name})
-		in.Status = worst(in.Checks)
+		in.Status = worstCheck(in.Checks)
 		r.notes = append(r.notes, note{msg: fmt.Sprintf("container stopping (%s); reported in maintenance, so that no new request reaches it while it drains",
 			signalName(k.signal))})
 	}
@@ -340,30 +340,14 @@ func health(st *container.State, in *model.Instance) []note {
 			Notes: "the container is paused (docker pause)", ServiceID: in.ID, ServiceName: in.Name})
 		notes = append(notes, note{msg: "container paused; reported in maintenance until it is unpaused"})
 	}
-	in.Status = worst(in.Checks)
+	in.Status = worstCheck(in.Checks)
 	return notes
 }
 
-// worst is the status of the worst check, in Consul's precedence:
-// maintenance, critical, warning, passing.
-func worst(checks []model.Check) string {
-	w := model.StatusPassing
-	for _, c := range checks {
-		if rank(c.Status) > rank(w) {
-			w = c.Status
-		}
+func worstCheck(checks []model.Check) string {
+	st := make([]string, len(checks))
+	for i, c := range checks {
+		st[i] = c.Status
 	}
-	return w
-}
-
-func rank(status string) int {
-	switch status {
-	case model.StatusMaintenance:
-		return 3
-	case model.StatusCritical:
-		return 2
-	case model.StatusWarning:
-		return 1
-	}
-	return 0
+	return model.WorstStatus(st...)
 }

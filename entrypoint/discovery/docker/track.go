@@ -3,7 +3,6 @@ package docker
 import (
 	"context"
 	"log/slog"
-	"reflect"
 	"slices"
 	"strings"
 
@@ -126,29 +125,10 @@ func logChanges(log *slog.Logger, before, after map[string][]model.Instance) {
 		case a == nil:
 			log.Info("service removed", "service", n, "instances_before", len(b))
 		default:
-			added, removed, changed := diffInstances(b, a)
+			added, removed, changed := model.DiffInstances(b, a)
 			if added+removed+changed > 0 {
 				log.Info("service changed", "service", n, "added", added, "removed", removed, "changed", changed, "instances", len(a))
 			}
 		}
 	}
-}
-
-// diffInstances counts instances by ID: new, gone, and different.
-func diffInstances(before, after []model.Instance) (added, removed, changed int) {
-	old := map[string]*model.Instance{}
-	for i := range before {
-		old[before[i].ID] = &before[i]
-	}
-	for i := range after {
-		b, ok := old[after[i].ID]
-		switch {
-		case !ok:
-			added++
-		case !reflect.DeepEqual(*b, after[i]):
-			changed++
-		}
-		delete(old, after[i].ID)
-	}
-	return added, removed + len(old), changed
 }

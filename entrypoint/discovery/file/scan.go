@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 
@@ -254,29 +253,10 @@ func logChanges(log *slog.Logger, before, after map[string]*service, files map[s
 		case a == nil:
 			log.Info("service removed", "service", n, "instances_before", len(b.instances))
 		default:
-			added, removed, changed := diffInstances(b.instances, a.instances)
+			added, removed, changed := model.DiffInstances(b.instances, a.instances)
 			if added+removed+changed > 0 {
 				log.Info("service changed", "service", n, "file", files[n], "added", added, "removed", removed, "changed", changed, "instances", len(a.instances))
 			}
 		}
 	}
-}
-
-// diffInstances counts instances by ID: new, gone, and different.
-func diffInstances(before, after []model.Instance) (added, removed, changed int) {
-	old := map[string]*model.Instance{}
-	for i := range before {
-		old[before[i].ID] = &before[i]
-	}
-	for i := range after {
-		b, ok := old[after[i].ID]
-		switch {
-		case !ok:
-			added++
-		case !reflect.DeepEqual(*b, after[i]):
-			changed++
-		}
-		delete(old, after[i].ID)
-	}
-	return added, removed + len(old), changed
 }
