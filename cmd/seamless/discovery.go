@@ -217,13 +217,9 @@ func render(ctx context.Context, cfg *config.Config, bin string, args []string, 
 	}
 	defer os.RemoveAll(dir)
 	// The saved snapshots of a running seamless are read, never written.
-	stateDir := cfg.StateDir
-	if _, err := os.Stat(stateDir); err != nil {
-		stateDir = dir
-	}
 	a, err := apply.New(apply.Options{
 		Sources: sources, NewRenderer: rendererFactory(cfg, log),
-		Path: filepath.Join(dir, renderedName), StateDir: readOnlyDir(stateDir, dir),
+		Path: filepath.Join(dir, renderedName), StateDir: cfg.StateDir, ReadOnly: true,
 		StartTimeout: cfg.DiscoveryTimeout,
 		Validate:     func(context.Context, string) error { return nil },
 		Reload:       func(context.Context, string) (reload.Outcome, error) { return reload.Outcome{}, nil },
@@ -265,29 +261,6 @@ func render(ctx context.Context, cfg *config.Config, bin string, args []string, 
 		return exitUsage
 	}
 	return checkFiles(ctx, cfg, bin, cl.WithConfig(path), dir, stdout, stderr, log)
-}
-
-// readOnlyDir keeps `seamless render` from writing into a running
-// seamless's state: snapshots are read from dir, written to scratch.
-func readOnlyDir(dir, scratch string) string {
-	if dir == scratch {
-		return dir
-	}
-	// Copy the saved snapshots so that Render can read them.
-	src := filepath.Join(dir, "sources")
-	entries, err := os.ReadDir(src)
-	if err != nil {
-		return scratch
-	}
-	if err := os.MkdirAll(filepath.Join(scratch, "sources"), 0o750); err != nil {
-		return scratch
-	}
-	for _, e := range entries {
-		if b, err := os.ReadFile(filepath.Join(src, e.Name())); err == nil {
-			_ = os.WriteFile(filepath.Join(scratch, "sources", e.Name()), b, 0o640)
-		}
-	}
-	return scratch
 }
 
 func joinQueries(qs []model.Query) string {

@@ -151,9 +151,13 @@ func TestServicesDirEndToEnd(t *testing.T) {
 func TestRenderPrintsWhatWouldBeApplied(t *testing.T) {
 	dir := t.TempDir()
 	writeAtomic(t, filepath.Join(dir, "web.yaml"), fmt.Sprintf(webService, instancesYAML(9001, 9002)))
+	state := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(state, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(seamlessBin, "render")
 	cmd.Env = append(os.Environ(), "SEAMLESS_SOURCES=file", "SEAMLESS_SERVICES_DIR="+dir,
-		"SEAMLESS_STATE_DIR="+filepath.Join(t.TempDir(), "none"), "SEAMLESS_HTTP_BIND=127.0.0.1:5001")
+		"SEAMLESS_STATE_DIR="+state, "SEAMLESS_HTTP_BIND=127.0.0.1:5001")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -163,6 +167,10 @@ func TestRenderPrintsWhatWouldBeApplied(t *testing.T) {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("rendered config lacks %q:\n%s", want, stdout.String())
 		}
+	}
+	// A running seamless's state is read, never written.
+	if entries, _ := os.ReadDir(state); len(entries) != 0 {
+		t.Errorf("render wrote into SEAMLESS_STATE_DIR: %v", entries)
 	}
 }
 

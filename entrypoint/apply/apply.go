@@ -43,6 +43,8 @@ type Options struct {
 	Path string
 	// StateDir keeps each source's last snapshot.
 	StateDir string
+	// ReadOnly reads saved snapshots but writes none (seamless render).
+	ReadOnly bool
 	Wait     Wait
 	// StartTimeout bounds how long Start waits for every source's first
 	// snapshot.
@@ -74,6 +76,7 @@ type Applier struct {
 	renderer model.Renderer
 	latest   map[string]model.Snapshot
 	fresh    map[string]bool // answered since start (not from disk)
+	unsaved  map[string]bool // sources whose latest snapshot is not on disk
 	wanted   []model.Query
 	running  []byte           // the bytes of Path, which HAProxy runs
 	runRend  *model.Rendering // the rendering behind running, when known
@@ -141,7 +144,7 @@ func New(opts Options) (*Applier, error) {
 	a := &Applier{
 		opts: opts, log: opts.Log.With("component", "apply"),
 		in: make(chan model.Snapshot), hup: make(chan string, 1),
-		latest: map[string]model.Snapshot{}, fresh: map[string]bool{},
+		latest: map[string]model.Snapshot{}, fresh: map[string]bool{}, unsaved: map[string]bool{},
 	}
 	a.setReady(errors.New("first discovery not done"))
 	return a, nil
@@ -275,6 +278,7 @@ func (a *Applier) fillFromDisk() {
 
 // first writes the configuration HAProxy starts with.
 func (a *Applier) first(ctx context.Context, complete bool) error {
+	a.save()
 	st := a.state()
 	rend, err := a.renderer.Render(st)
 	if err == nil && len(rend.Missing) > 0 && a.running != nil {
@@ -327,6 +331,7 @@ func (a *Applier) Run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
+			a.save()
 			return
 		case <-recheck.C:
 			due, a.recheck = time.Time{}, time.Time{}
@@ -382,11 +387,23 @@ func (a *Applier) take(s model.Snapshot) bool {
 		return false
 	}
 	a.latest[s.Source] = s
-	if err := saveSnapshot(a.opts.StateDir, s, time.Now()); err != nil {
-		a.log.Warn("cannot save the source's snapshot; a restart while it is unreachable would start without it",
-			"source", s.Source, "dir", a.opts.StateDir, "err", err)
-	}
+	a.unsaved[s.Source] = true
 	return true
+}
+
+// save writes the snapshots taken since the last save: once per apply,
+// not once per snapshot, since a catalog can be megabytes of JSON.
+func (a *Applier) save() {
+	if a.opts.ReadOnly {
+		return
+	}
+	for name := range a.unsaved {
+		if err := saveSnapshot(a.opts.StateDir, a.latest[name], time.Now()); err != nil {
+			a.log.Warn("cannot save the source's snapshot; a restart while it is unreachable would start without it",
+				"source", name, "dir", a.opts.StateDir, "err", err)
+		}
+	}
+	clear(a.unsaved)
 }
 
 func (a *Applier) state() model.State {
@@ -415,6 +432,7 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 	start := time.Now()
 	why := strings.Join(compact(a.reasons), ", ")
 	a.reasons = nil
+	a.save()
 	st := a.state()
 	rend, err := a.renderer.Render(st)
 	m := a.opts.Metrics
