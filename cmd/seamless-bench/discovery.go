@@ -282,25 +282,7 @@ func (d *discoveryRun) metric(ctx context.Context, name string, match map[string
 
 // reloads is seamless_reloads_total: confirmed, and every other result.
 func (d *discoveryRun) reloads(ctx context.Context) (ok, other float64, err error) {
-	code, body, err := getHTTP(ctx, "http://"+d.status+"/metrics")
-	if err != nil {
-		return 0, 0, err
-	}
-	if code != http.StatusOK {
-		return 0, 0, fmt.Errorf("/metrics answered %d", code)
-	}
-	byResult, err := parseReloadCounts(body)
-	if err != nil {
-		return 0, 0, err
-	}
-	for result, n := range byResult {
-		if result == "success" {
-			ok += n
-		} else {
-			other += n
-		}
-	}
-	return ok, other, nil
+	return reloadCounts(ctx, d.status)
 }
 
 // memory reads seamless's VmRSS and VmHWM (its peak) from /proc.
@@ -346,6 +328,24 @@ func (d *discoveryRun) withLog(err error) error {
 // benchRoot makes the private directory of a benchmark. cleanup kills what
 // is left of the processes started under it (all name it in their command
 // line) and removes it, unless keep, when its logs are worth a look.
+// inBenchDir runs body with a logger, the whole-run time limit and a fresh
+// directory, removed afterwards unless keep is set or body failed (other
+// than by running out of time): its logs and configurations then stay.
+func inBenchDir(ctx context.Context, timeout time.Duration, keep bool, stderr io.Writer,
+	body func(ctx context.Context, log *slog.Logger, root string) int) int {
+	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "bench")
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	root, cleanup, err := benchRoot(log)
+	if err != nil {
+		fmt.Fprintf(stderr, "seamless-bench: %v\n", err)
+		return 1
+	}
+	code := body(ctx, log, root)
+	cleanup(keep || (code != 0 && ctx.Err() == nil))
+	return code
+}
+
 func benchRoot(log *slog.Logger) (root string, cleanup func(keep bool), err error) {
 	root, err = os.MkdirTemp("", "seamless-bench-")
 	if err != nil {

@@ -88,78 +88,69 @@ func runPropagation(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(stderr, "seamless-bench propagation: %v\n", err)
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "bench")
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
-	root, cleanup, err := benchRoot(log)
-	if err != nil {
-		fmt.Fprintf(stderr, "seamless-bench: %v\n", err)
-		return 1
-	}
-	failed := true
-	defer func() { cleanup(o.keep || (failed && ctx.Err() == nil)) }()
+	return inBenchDir(ctx, o.timeout, o.keep, stderr, func(ctx context.Context, log *slog.Logger, root string) int {
 
-	backends, err := startNamedBackends("alpha", "beta", "gamma")
-	if err != nil {
-		fmt.Fprintf(stderr, "seamless-bench: backends: %v\n", err)
-		return 1
-	}
-	defer backends.stop()
-	if err := os.Mkdir(filepath.Join(root, "consul"), 0o755); err != nil {
-		fmt.Fprintf(stderr, "seamless-bench: %v\n", err)
-		return 1
-	}
-	log.Info("starting consul", "bin", o.consul)
-	agent, err := consulproc.Start(ctx, consulproc.Options{Bin: o.consul, Dir: filepath.Join(root, "consul")})
-	if err != nil {
-		fmt.Fprintf(stderr, "seamless-bench: %v\n", err)
-		return 1
-	}
-	defer func() {
-		if err := agent.Stop(); err != nil {
-			log.Warn("stopping consul", "err", err)
+		backends, err := startNamedBackends("alpha", "beta", "gamma")
+		if err != nil {
+			fmt.Fprintf(stderr, "seamless-bench: backends: %v\n", err)
+			return 1
 		}
-	}()
-	client, err := agent.Client()
-	if err != nil {
-		fmt.Fprintf(stderr, "seamless-bench: %v\n", err)
-		return 1
-	}
+		defer backends.stop()
+		if err := os.Mkdir(filepath.Join(root, "consul"), 0o755); err != nil {
+			fmt.Fprintf(stderr, "seamless-bench: %v\n", err)
+			return 1
+		}
+		log.Info("starting consul", "bin", o.consul)
+		agent, err := consulproc.Start(ctx, consulproc.Options{Bin: o.consul, Dir: filepath.Join(root, "consul")})
+		if err != nil {
+			fmt.Fprintf(stderr, "seamless-bench: %v\n", err)
+			return 1
+		}
+		defer func() {
+			if err := agent.Stop(); err != nil {
+				log.Warn("stopping consul", "err", err)
+			}
+		}()
+		client, err := agent.Client()
+		if err != nil {
+			fmt.Fprintf(stderr, "seamless-bench: %v\n", err)
+			return 1
+		}
 
-	defaults, err := seamlessDefaults(ctx, o.seamless)
-	if err != nil {
-		fmt.Fprintf(stderr, "seamless-bench: %v\n", err)
-		return 1
-	}
-	waits, err1 := parseVariants("SEAMLESS_WAIT", o.waits, defaults)
-	slots, err2 := parseVariants("SEAMLESS_SERVER_SLOTS", o.slots, defaults)
-	if err := errors.Join(err1, err2); err != nil {
-		fmt.Fprintf(stderr, "seamless-bench propagation: %v\n", err)
-		return 2
-	}
-	var results []propResult
-	for _, kind := range o.kinds {
-		for _, sl := range slots {
-			for _, w := range waits {
-				if ctx.Err() != nil {
-					break
+		defaults, err := seamlessDefaults(ctx, o.seamless)
+		if err != nil {
+			fmt.Fprintf(stderr, "seamless-bench: %v\n", err)
+			return 1
+		}
+		waits, err1 := parseVariants("SEAMLESS_WAIT", o.waits, defaults)
+		slots, err2 := parseVariants("SEAMLESS_SERVER_SLOTS", o.slots, defaults)
+		if err := errors.Join(err1, err2); err != nil {
+			fmt.Fprintf(stderr, "seamless-bench propagation: %v\n", err)
+			return 2
+		}
+		var results []propResult
+		for _, kind := range o.kinds {
+			for _, sl := range slots {
+				for _, w := range waits {
+					if ctx.Err() != nil {
+						break
+					}
+					row := propRow{kind: kind, slots: sl, wait: w}
+					f := &flipper{c: client, kind: kind, ports: backends.ports}
+					r := propagationRow(ctx, log, o, filepath.Join(root, fmt.Sprintf("p%d", len(results)+1)), agent.Addr(), f, row)
+					if r.err != nil {
+						log.Error("run failed", "kind", kind, "slots", sl.label(), "wait", w.label(), "err", r.err)
+					}
+					results = append(results, r)
 				}
-				row := propRow{kind: kind, slots: sl, wait: w}
-				f := &flipper{c: client, kind: kind, ports: backends.ports}
-				r := propagationRow(ctx, log, o, filepath.Join(root, fmt.Sprintf("p%d", len(results)+1)), agent.Addr(), f, row)
-				if r.err != nil {
-					log.Error("run failed", "kind", kind, "slots", sl.label(), "wait", w.label(), "err", r.err)
-				}
-				results = append(results, r)
 			}
 		}
-	}
-	printPropTable(stdout, o, results)
-	failed = ctx.Err() != nil || slices.ContainsFunc(results, func(r propResult) bool { return r.err != nil })
-	if failed {
-		return 1
-	}
-	return 0
+		printPropTable(stdout, o, results)
+		if ctx.Err() != nil || slices.ContainsFunc(results, func(r propResult) bool { return r.err != nil }) {
+			return 1
+		}
+		return 0
+	})
 }
 
 func parsePropFlags(args []string, stderr io.Writer) (propOptions, error) {

@@ -94,64 +94,55 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "seamless-bench scale: %v\n", err)
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "bench")
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
-	root, cleanup, err := benchRoot(log)
-	if err != nil {
-		fmt.Fprintf(stderr, "seamless-bench: %v\n", err)
-		return 1
-	}
-	failed := true
-	defer func() { cleanup(o.keep || (failed && ctx.Err() == nil)) }()
+	return inBenchDir(ctx, o.timeout, o.keep, stderr, func(ctx context.Context, log *slog.Logger, root string) int {
 
-	names := make([]string, o.instances)
-	for j := range names {
-		names[j] = "i" + strconv.Itoa(j)
-	}
-	backends, err := startNamedBackends(names...)
-	if err != nil {
-		fmt.Fprintf(stderr, "seamless-bench: backends: %v\n", err)
-		return 1
-	}
-	defer backends.stop()
-	ports := make([]int, len(names))
-	for j, n := range names {
-		ports[j] = backends.ports[n]
-	}
-	defaults, err := seamlessDefaults(ctx, o.seamless)
-	if err != nil {
-		fmt.Fprintf(stderr, "seamless-bench: %v\n", err)
-		return 1
-	}
-	waits, err1 := parseVariants("SEAMLESS_WAIT", o.wait, defaults)
-	slots, err2 := parseVariants("SEAMLESS_SERVER_SLOTS", o.slots, defaults)
-	if err := errors.Join(err1, err2); err != nil {
-		fmt.Fprintf(stderr, "seamless-bench scale: %v\n", err)
-		return 2
-	}
-	var results []scaleResult
-	for _, sl := range slots {
-		for _, n := range o.services {
-			if ctx.Err() != nil {
-				break
-			}
-			res := scaleResult{l: layout{services: n, instances: o.instances, nodes: o.nodes, ports: ports},
-				slots: sl, wait: waits[0]}
-			dir := filepath.Join(root, fmt.Sprintf("s%d", len(results)+1))
-			r := scaleRow(ctx, log.With("run", filepath.Base(dir), "services", n, "slots", sl.label()), o, dir, defaults, res)
-			if r.err != nil {
-				log.Error("run failed", "services", n, "slots", sl.label(), "err", r.err)
-			}
-			results = append(results, r)
+		names := make([]string, o.instances)
+		for j := range names {
+			names[j] = "i" + strconv.Itoa(j)
 		}
-	}
-	printScaleTable(stdout, o, results)
-	failed = ctx.Err() != nil || slices.ContainsFunc(results, func(r scaleResult) bool { return r.err != nil })
-	if failed {
-		return 1
-	}
-	return 0
+		backends, err := startNamedBackends(names...)
+		if err != nil {
+			fmt.Fprintf(stderr, "seamless-bench: backends: %v\n", err)
+			return 1
+		}
+		defer backends.stop()
+		ports := make([]int, len(names))
+		for j, n := range names {
+			ports[j] = backends.ports[n]
+		}
+		defaults, err := seamlessDefaults(ctx, o.seamless)
+		if err != nil {
+			fmt.Fprintf(stderr, "seamless-bench: %v\n", err)
+			return 1
+		}
+		waits, err1 := parseVariants("SEAMLESS_WAIT", o.wait, defaults)
+		slots, err2 := parseVariants("SEAMLESS_SERVER_SLOTS", o.slots, defaults)
+		if err := errors.Join(err1, err2); err != nil {
+			fmt.Fprintf(stderr, "seamless-bench scale: %v\n", err)
+			return 2
+		}
+		var results []scaleResult
+		for _, sl := range slots {
+			for _, n := range o.services {
+				if ctx.Err() != nil {
+					break
+				}
+				res := scaleResult{l: layout{services: n, instances: o.instances, nodes: o.nodes, ports: ports},
+					slots: sl, wait: waits[0]}
+				dir := filepath.Join(root, fmt.Sprintf("s%d", len(results)+1))
+				r := scaleRow(ctx, log.With("run", filepath.Base(dir), "services", n, "slots", sl.label()), o, dir, defaults, res)
+				if r.err != nil {
+					log.Error("run failed", "services", n, "slots", sl.label(), "err", r.err)
+				}
+				results = append(results, r)
+			}
+		}
+		printScaleTable(stdout, o, results)
+		if ctx.Err() != nil || slices.ContainsFunc(results, func(r scaleResult) bool { return r.err != nil }) {
+			return 1
+		}
+		return 0
+	})
 }
 
 func parseScaleFlags(args []string, stderr io.Writer) (scaleOptions, error) {

@@ -76,7 +76,13 @@ func (s *seamlessRun) start(ctx context.Context) error {
 }
 
 func (s *seamlessRun) reloadCounts(ctx context.Context) (success, other float64, err error) {
-	code, body, err := getHTTP(ctx, "http://"+s.status+"/metrics")
+	return reloadCounts(ctx, s.status)
+}
+
+// reloadCounts reads seamless_reloads_total from the status endpoint at
+// addr: confirmed, and every other result.
+func reloadCounts(ctx context.Context, addr string) (success, other float64, err error) {
+	code, body, err := getHTTP(ctx, "http://"+addr+"/metrics")
 	if err != nil {
 		return 0, 0, err
 	}
