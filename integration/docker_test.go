@@ -236,6 +236,24 @@ func (b *box) procs() (haproxy, zombies int) {
 	return haproxy, zombies
 }
 
+// startLoads starts new-connection and keep-alive clients on front, bounded
+// in count and time; the caller stops them (and cleanup does too).
+func startLoads(t *testing.T, front string) []*loadgen.Load {
+	t.Helper()
+	var loads []*loadgen.Load
+	for _, m := range []loadgen.Mode{loadgen.NewConn, loadgen.KeepAlive} {
+		l, err := loadgen.Start(context.Background(), loadgen.Config{
+			Target: front, Mode: m, Workers: 8, MaxRequests: 5_000_000, MaxDuration: 5 * time.Minute,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Stop() })
+		loads = append(loads, l)
+	}
+	return loads
+}
+
 // TestDockerKillHUPUnderLoad is the headline: 100 `docker kill -s HUP`
 // under load, the config changing before every other one, drop nothing;
 // the last config runs; no zombie and no leftover worker remain.
@@ -244,17 +262,7 @@ func TestDockerKillHUPUnderLoad(t *testing.T) {
 	for _, image := range images() {
 		t.Run(image, func(t *testing.T) {
 			b := start(t, c, image)
-			var loads []*loadgen.Load
-			for _, m := range []loadgen.Mode{loadgen.NewConn, loadgen.KeepAlive} {
-				l, err := loadgen.Start(context.Background(), loadgen.Config{
-					Target: b.front, Mode: m, Workers: 8, MaxRequests: 5_000_000, MaxDuration: 5 * time.Minute,
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer l.Stop()
-				loads = append(loads, l)
-			}
+			loads := startLoads(t, b.front)
 			last := 0
 			for i := 1; i <= 100; i++ {
 				if i%2 == 0 {
@@ -360,17 +368,7 @@ func TestSideBySideWithTheOfficialImage(t *testing.T) {
 			name = "haproxy -W -db as PID 1"
 		}
 		b := startBox(t, c, image, official)
-		var loads []*loadgen.Load
-		for _, m := range []loadgen.Mode{loadgen.NewConn, loadgen.KeepAlive} {
-			l, err := loadgen.Start(context.Background(), loadgen.Config{
-				Target: b.front, Mode: m, Workers: 8, MaxRequests: 5_000_000, MaxDuration: 5 * time.Minute,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Stop()
-			loads = append(loads, l)
-		}
+		loads := startLoads(t, b.front)
 		last := 0
 		tick := time.NewTicker(100 * time.Millisecond)
 		for i := 1; i <= 100; i++ {
