@@ -73,6 +73,12 @@ type Instance struct {
 	WarningWeight int     `json:"warning_weight,omitempty"`
 	Status        string  `json:"status"`
 	Checks        []Check `json:"checks,omitempty"`
+	// Registered orders the registrations of one source, earliest lowest:
+	// Consul's CreateIndex, a Docker container's creation time (Unix
+	// nanoseconds), the file source's order of first sight. 0 is unknown
+	// and orders after every known value. Values of two sources are never
+	// compared: the sources' precedence (SEAMLESS_SOURCES) orders them.
+	Registered uint64 `json:"registered,omitempty"`
 }
 
 // Catalog is one datacenter as a source sees it.
