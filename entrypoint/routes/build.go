@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -91,7 +92,19 @@ type Skip struct {
 	Service  string // as registered
 	Instance string // the instance's ID; "" when a tag or the service is concerned
 	Reason   string // words for an operator
+	// Kind classifies the reason for the metrics: one of the Refused*
+	// constants.
+	Kind string
 }
+
+// Kinds of Skip, the reason label of seamless_routes_refused_total.
+const (
+	RefusedTag      = "invalid_tag"      // an instance with an unusable seamless.* tag
+	RefusedInstance = "invalid_instance" // a bad name, address, port or weight
+	RefusedService  = "invalid_service"  // a service name that cannot be used
+	RefusedConflict = "conflict"         // a route or port another service registered first
+	RefusedReserved = "reserved_port"    // a TCP port seamless's own frontends use
+)
 
 func (s Skip) String() string {
 	b := "service " + quote(s.Service)
@@ -111,13 +124,20 @@ type Policy struct {
 	// Reserved are ports no seamless.tcp.port may take, with what holds
 	// them ("SEAMLESS_HTTP_BIND").
 	Reserved map[int]string
+	// Sources lists source names by precedence (SEAMLESS_SOURCES): a
+	// conflict between services of two sources goes to the earlier one.
+	Sources []string
 }
 
 // Build turns a catalog into routes. Services without seamless.* tags are
 // not routed. Whatever cannot be used is left out and reported as a Skip;
-// the rest applies. Conflicts (one host and path, or one TCP port, claimed
-// by several services) go to the service first by name. The result depends
-// only on the catalog's contents, not on the order of its instances.
+// the rest applies. An instance is used only when it passes
+// model.CheckInstance and all of its seamless.* tags are valid: a bad tag
+// never leaves the rest of the instance's tags to make a wider route.
+// Conflicts (one host and path, or one TCP port, claimed by several
+// services) go to the service registered first (see candidate.before).
+// The result depends only on the catalog's contents, not on the order of
+// its instances.
 func Build(c model.Catalog, p Policy) (Routes, []Skip) {
 	insts := slices.Clone(c.Instances)
 	slices.SortStableFunc(insts, func(a, b model.Instance) int {
@@ -131,7 +151,7 @@ func Build(c model.Catalog, p Policy) (Routes, []Skip) {
 		for j < len(insts) && insts[j].Name == insts[i].Name {
 			j++
 		}
-		if cand, ok := buildService(insts[i:j], p.Health, &sk); ok {
+		if cand, ok := buildService(insts[i:j], p, &sk); ok {
 			cands = append(cands, cand)
 		}
 		i = j
@@ -145,20 +165,75 @@ type candidate struct {
 	rules   []Rule // Host and Path only
 	ports   []int
 	servers []Server
+	// The registration of the service's earliest instance: its source's
+	// precedence (rank, then source for sources not in Policy.Sources)
+	// and model.Instance.Registered (0, unknown, as the largest).
+	rank       int
+	source     string
+	registered uint64
+}
+
+// registration is the order key of one instance.
+func registration(in model.Instance, sources []string) (rank int, source string, reg uint64) {
+	rank = slices.Index(sources, in.Source)
+	if rank < 0 {
+		rank = len(sources)
+	}
+	reg = in.Registered
+	if reg == 0 {
+		reg = math.MaxUint64
+	}
+	return rank, in.Source, reg
+}
+
+// compareRegistration orders candidates by registration, then by name.
+func compareRegistration(a, b candidate) int {
+	return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.source, b.source),
+		cmp.Compare(a.registered, b.registered), cmp.Compare(a.name, b.name))
+}
+
+// precedence says in words why holder keeps what c claims too.
+func precedence(holder, c candidate) string {
+	switch {
+	case holder.rank != c.rank || holder.source != c.source:
+		return fmt.Sprintf("its source %s comes before %s in SEAMLESS_SOURCES", quote(holder.source), quote(c.source))
+	case holder.registered != c.registered:
+		return "it was registered first"
+	}
+	return "both were registered at once and its name sorts first"
+}
+
+func hasSeamlessTag(tags []string) bool {
+	return slices.ContainsFunc(tags, func(t string) bool {
+		return len(t) >= len(tagPrefix) && strings.EqualFold(t[:len(tagPrefix)], tagPrefix)
+	})
 }
 
 // buildService reads the tags and servers of one service's instances.
-func buildService(insts []model.Instance, health []string, sk *skips) (candidate, bool) {
+func buildService(insts []model.Instance, p Policy, sk *skips) (candidate, bool) {
 	name := insts[0].Name
+	if !slices.ContainsFunc(insts, func(in model.Instance) bool { return hasSeamlessTag(in.Tags) }) {
+		return candidate{}, false
+	}
+	if err := model.CheckName("service name", name); err != nil {
+		sk.add(RefusedService, name, "", "service left out: "+err.Error())
+		return candidate{}, false
+	}
 	type hp struct{ host, path string }
 	var routes []hp
-	var ports []int
-	var problems []string
-	tagged := false
+	c := candidate{name: name, rank: math.MaxInt}
 	for _, in := range insts {
-		t, pr := ParseTags(in.Tags)
-		problems = append(problems, pr...)
-		tagged = tagged || !t.Empty() || len(pr) > 0
+		if err := model.CheckInstance(in); err != nil {
+			sk.add(RefusedInstance, name, instanceLabel(in), err.Error()+"; instance left out")
+			continue
+		}
+		t, problems := ParseTags(in.Tags)
+		if len(problems) > 0 {
+			for _, pr := range problems {
+				sk.add(RefusedTag, name, "", pr+"; every instance with it is left out (an instance is routed with all of its seamless tags or not at all)")
+			}
+			continue
+		}
 		hosts, paths := t.Hosts, t.Paths
 		if len(hosts) == 0 && len(paths) > 0 {
 			hosts = []string{""}
@@ -166,49 +241,42 @@ func buildService(insts []model.Instance, health []string, sk *skips) (candidate
 		if len(paths) == 0 {
 			paths = []string{"/"}
 		}
-		for _, h := range hosts {
-			for _, pa := range paths {
-				if r := (hp{h, pa}); !slices.Contains(routes, r) {
-					routes = append(routes, r)
+		if !t.Empty() {
+			for _, h := range hosts {
+				for _, pa := range paths {
+					if r := (hp{h, pa}); !slices.Contains(routes, r) {
+						routes = append(routes, r)
+					}
 				}
 			}
 		}
 		for _, port := range t.Ports {
-			if !slices.Contains(ports, port) {
-				ports = append(ports, port)
+			if !slices.Contains(c.ports, port) {
+				c.ports = append(c.ports, port)
 			}
 		}
-	}
-	if !tagged {
-		return candidate{}, false
-	}
-	if err := CheckServiceName(name); err != nil {
-		sk.add(name, "", "service left out: "+err.Error())
-		return candidate{}, false
-	}
-	for _, pr := range problems {
-		sk.add(name, "", pr)
-	}
-	if len(routes) == 0 && len(ports) == 0 {
-		sk.add(name, "", "service left out: none of its seamless tags can be used")
-		return candidate{}, false
-	}
-	c := candidate{name: name, ports: ports}
-	for _, r := range routes {
-		c.rules = append(c.rules, Rule{Host: r.host, Path: r.path, Service: name})
-	}
-	slices.Sort(c.ports)
-	for _, in := range insts {
-		if !model.HealthFilter(health, in.Status) {
+		if rank, src, reg := registration(in, p.Sources); compareRegistration(candidate{rank: rank, source: src, registered: reg},
+			candidate{rank: c.rank, source: c.source, registered: c.registered}) < 0 {
+			c.rank, c.source, c.registered = rank, src, reg
+		}
+		if !model.HealthFilter(p.Health, in.Status) {
 			continue
 		}
 		srv, err := server(in)
 		if err != nil {
-			sk.add(name, instanceLabel(in), err.Error()+"; instance left out")
+			sk.add(RefusedInstance, name, instanceLabel(in), err.Error()+"; instance left out")
 			continue
 		}
 		c.servers = append(c.servers, srv)
 	}
+	if len(routes) == 0 && len(c.ports) == 0 {
+		sk.add("", name, "", "service not routed: none of its instances with seamless tags can be used")
+		return candidate{}, false
+	}
+	for _, r := range routes {
+		c.rules = append(c.rules, Rule{Host: r.host, Path: r.path, Service: name})
+	}
+	slices.Sort(c.ports)
 	nameServers(c.servers)
 	return c, true
 }
@@ -285,48 +353,63 @@ func hash8(parts ...string) string {
 	return hex.EncodeToString(sum[:4])
 }
 
-// assemble names backends and settles conflicts between services.
+// assemble names backends and settles conflicts between services: the
+// service registered first keeps a route or port, so that a newcomer never
+// takes what another holds, whatever its name. cands come by name.
 func assemble(cands []candidate, reserved map[int]string, sk *skips) Routes {
 	idents := make([]string, len(cands))
 	for i, c := range cands {
 		idents[i] = Ident(c.name)
 	}
-	idents = uniqueNames(idents)
+	idents = uniqueNames(idents) // by name, so that a backend's name does not depend on who registered first
+
+	order := make([]int, len(cands))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return compareRegistration(cands[a], cands[b]) })
 
 	var rt Routes
 	type hp struct{ host, path string }
-	ruleOwner := map[hp]string{}
-	portOwner := map[int]string{}
-	for i, c := range cands {
+	ruleOwner := map[hp]int{}
+	portOwner := map[int]int{}
+	services := make([]*Service, len(cands))
+	for _, i := range order {
+		c := cands[i]
 		svc := Service{Name: c.name, Servers: c.servers}
 		for _, r := range c.rules {
 			k := hp{r.Host, r.Path}
 			if owner, taken := ruleOwner[k]; taken {
-				sk.add(c.name, "", fmt.Sprintf("route for %s left out: service %s has it too and, first by name, keeps it",
-					r, quote(owner)))
+				sk.add(RefusedConflict, c.name, "", fmt.Sprintf("route for %s refused: service %s has it too and keeps it: %s",
+					r, quote(cands[owner].name), precedence(cands[owner], c)))
 				continue
 			}
-			ruleOwner[k] = c.name
+			ruleOwner[k] = i
 			svc.HTTPBackend = "http-" + idents[i]
 			r.Backend = svc.HTTPBackend
 			rt.Rules = append(rt.Rules, r)
 		}
 		for _, port := range c.ports {
 			if holder, ok := reserved[port]; ok {
-				sk.add(c.name, "", fmt.Sprintf("tag %s=%d left out: port %d is %s's", TagTCPPort, port, port, holder))
+				sk.add(RefusedReserved, c.name, "", fmt.Sprintf("tag %s=%d left out: port %d is %s's", TagTCPPort, port, port, holder))
 				continue
 			}
 			if owner, taken := portOwner[port]; taken {
-				sk.add(c.name, "", fmt.Sprintf("tag %s=%d left out: service %s has that port too and, first by name, keeps it",
-					TagTCPPort, port, quote(owner)))
+				sk.add(RefusedConflict, c.name, "", fmt.Sprintf("tag %s=%d refused: service %s has that port too and keeps it: %s",
+					TagTCPPort, port, quote(cands[owner].name), precedence(cands[owner], c)))
 				continue
 			}
-			portOwner[port] = c.name
+			portOwner[port] = i
 			svc.TCPBackend = "tcp-" + idents[i]
 			rt.Listeners = append(rt.Listeners, Listener{Port: port, Service: c.name, Backend: svc.TCPBackend})
 		}
 		if svc.HTTPBackend != "" || svc.TCPBackend != "" {
-			rt.Services = append(rt.Services, svc)
+			services[i] = &svc
+		}
+	}
+	for _, s := range services {
+		if s != nil {
+			rt.Services = append(rt.Services, *s)
 		}
 	}
 	slices.SortFunc(rt.Rules, compareRules)
@@ -361,8 +444,8 @@ type skips struct {
 	seen map[Skip]bool
 }
 
-func (s *skips) add(service, instance, reason string) {
-	k := Skip{Service: service, Instance: instance, Reason: reason}
+func (s *skips) add(kind, service, instance, reason string) {
+	k := Skip{Service: service, Instance: instance, Reason: reason, Kind: kind}
 	if s.seen == nil {
 		s.seen = map[Skip]bool{}
 	}

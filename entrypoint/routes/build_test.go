@@ -95,44 +95,45 @@ func TestBuildSkips(t *testing.T) {
 		skips []string
 		rules []string
 	}{
-		{name: "two services on one host and path: the first by name keeps it",
+		{name: "two services on one host and path registered at once: the first by name keeps it",
 			insts: []model.Instance{
 				inst("beta", "b1", "10.0.0.2", 80, "seamless.http.host=x.example"),
 				inst("alpha", "a1", "10.0.0.1", 80, "seamless.http.host=X.example", "seamless.http.host=y.example"),
 			},
-			skips: []string{`service beta: route for host x.example path / left out: service alpha has it too and, first by name, keeps it`},
+			skips: []string{`service beta: route for host x.example path / refused: service alpha has it too and keeps it: both were registered at once and its name sorts first`},
 			rules: []string{"host x.example path / -> http-alpha", "host y.example path / -> http-alpha"}},
-		{name: "two catch-alls: the first by name keeps it",
+		{name: "two catch-alls registered at once: the first by name keeps it",
 			insts: []model.Instance{
 				inst("b", "1", "10.0.0.2", 80, "seamless.http.path=/"),
 				inst("a", "1", "10.0.0.1", 80, "seamless.http.path=/"),
 			},
-			skips: []string{`service b: route for any host path / left out: service a has it too and, first by name, keeps it`},
+			skips: []string{`service b: route for any host path / refused: service a has it too and keeps it: both were registered at once and its name sorts first`},
 			rules: []string{"any host path / -> http-a"}},
 		{name: "two services on one TCP port",
 			insts: []model.Instance{
 				inst("pg-old", "1", "10.0.0.2", 5432, "seamless.tcp.port=15432"),
 				inst("pg", "1", "10.0.0.1", 5432, "seamless.tcp.port=15432"),
 			},
-			skips: []string{`service pg-old: tag seamless.tcp.port=15432 left out: service pg has that port too and, first by name, keeps it`}},
+			skips: []string{`service pg-old: tag seamless.tcp.port=15432 refused: service pg has that port too and keeps it: both were registered at once and its name sorts first`}},
 		{name: "a TCP port on the HTTP frontend's",
 			insts: []model.Instance{inst("web", "1", "10.0.0.1", 80, "seamless.tcp.port=80")},
 			skips: []string{`service web: tag seamless.tcp.port=80 left out: port 80 is SEAMLESS_HTTP_BIND's`}},
-		{name: "a bad tag is reported once for all replicas",
+		{name: "a bad tag is reported once for all replicas, and takes their other tags with it",
 			insts: []model.Instance{
 				inst("web", "w1", "10.0.0.1", 80, "seamless.http.host=a b", "seamless.http.host=ok.example"),
 				inst("web", "w2", "10.0.0.2", 80, "seamless.http.host=a b", "seamless.http.host=ok.example"),
 			},
-			skips: []string{`service web: tag seamless.http.host="a b" left out: not a host name: use letters, digits and hyphens in dot-separated labels, an IPv4 address, or "*." and a name for every name under it`},
-			rules: []string{"host ok.example path / -> http-web"}},
+			skips: []string{
+				`service web: service not routed: none of its instances with seamless tags can be used`,
+				`service web: tag seamless.http.host="a b" is invalid: not a host name: use letters, digits and hyphens in dot-separated labels, an IPv4 address, or "*." and a name for every name under it; every instance with it is left out (an instance is routed with all of its seamless tags or not at all)`}},
 		{name: "a service with only bad tags is left out",
 			insts: []model.Instance{inst("web", "w1", "10.0.0.1", 80, "seamless.http.path=api")},
 			skips: []string{
-				`service web: service left out: none of its seamless tags can be used`,
-				`service web: tag seamless.http.path=api left out: not a path prefix: it must start with "/"`}},
+				`service web: service not routed: none of its instances with seamless tags can be used`,
+				`service web: tag seamless.http.path=api is invalid: not a path prefix: it must start with "/"; every instance with it is left out (an instance is routed with all of its seamless tags or not at all)`}},
 		{name: "a service name with a newline is left out whole",
 			insts: []model.Instance{inst("web\nbackend evil", "w1", "10.0.0.1", 80, "seamless.http.host=evil.example")},
-			skips: []string{`service "web\nbackend evil": service left out: service name has the byte 0x0a: only printable ASCII without spaces is accepted`}},
+			skips: []string{`service "web\nbackend evil": service left out: the service name has the byte 0x0a: whitespace and control characters are not accepted`}},
 		{name: "a bad name without seamless tags is nobody's business",
 			insts: []model.Instance{inst("my service", "1", "10.0.0.1", 80)}},
 		{name: "bad instances are left out, the rest serves",
@@ -150,11 +151,12 @@ func TestBuildSkips(t *testing.T) {
 				`service web instance noport: the instance has no port; instance left out`,
 			},
 			rules: []string{"host web.example path / -> http-web"}},
-		{name: "an unhealthy instance's bad address is not reported: it is not a server",
+		{name: "an unhealthy instance with a bad address is left out too: no template sees it",
 			insts: []model.Instance{
 				inst("web", "ok", "10.0.0.1", 80, "seamless.http.host=web.example"),
 				with(inst("web", "down", "not an address", 80, "seamless.http.host=web.example"), status(model.StatusCritical)),
 			},
+			skips: []string{`service web instance down: address "not an address" is neither an IP address nor a DNS name; instance left out`},
 			rules: []string{"host web.example path / -> http-web"}},
 	}
 	for _, tt := range tests {

@@ -73,8 +73,10 @@ var goldens = []struct {
 	{name: "health-any", opts: Options{HTTPBind: goldenOpts.HTTPBind, StatsBind: goldenOpts.StatsBind,
 		Health: model.ParseHealth("any")}, st: healthCatalog()},
 	{name: "skipped", opts: goldenOpts, st: catalog(
-		inst("good", "good-1", "10.0.0.1", 8080, "seamless.http.host=good.example", "seamless.http.host=bad_host.example",
-			"seamless.http.path=no-slash", "seamless.tcp.port=18080", "seamless.tcp.port=99999", "seamless.htpp.host=typo.example"),
+		inst("good", "good-1", "10.0.0.1", 8080, "seamless.http.host=good.example", "seamless.tcp.port=18080"),
+		// Any invalid seamless tag leaves its instance out whole.
+		inst("good", "good-6", "10.0.0.16", 8080, "seamless.http.host=good.example", "seamless.http.host=bad_host.example",
+			"seamless.http.path=no-slash", "seamless.tcp.port=99999", "seamless.htpp.host=typo.example"),
 		inst("good", "good-2", "10.0.0.2", 0, "seamless.http.host=good.example"),
 		inst("good", "good-3", "10.0.0.3 ; rm", 8080, "seamless.http.host=good.example"),
 		with(inst("good", "good-4", "10.0.0.4", 8080), func(in *model.Instance) { in.Weight = 300 }),

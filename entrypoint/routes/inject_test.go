@@ -45,17 +45,23 @@ func nastyCatalog(n string) []model.Instance {
 		inst(n, "a", "10.0.0.1", 8080, "seamless.http.host=name.example"),
 		// In the instance ID.
 		inst("id", n, "10.0.0.2", 8080, "seamless.http.host=id.example"),
-		ok("id", "10.0.0.22"),
+		ok("id", "10.0.0.22", "seamless.http.host=id.example"),
 		// In the address.
 		inst("addr", "bad", n, 8080, "seamless.http.host=addr.example"),
-		ok("addr", "10.0.0.3"),
+		ok("addr", "10.0.0.3", "seamless.http.host=addr.example"),
 		// In tags, as a value of each kind and as a tag of its own.
 		inst("tags", "t", "10.0.0.4", 8080, "seamless.http.host="+n, "seamless.http.path=/"+n, "seamless.tcp.port="+n,
 			n, "seamless."+n, "seamless.http.host=tags.example"),
-		// In meta, node and the other untrusted fields nobody renders.
+		ok("tags", "10.0.0.44", "seamless.http.host=tags.example"),
+		// In the node's name and address.
+		with(inst("node", "n", "10.0.0.6", 8080, "seamless.http.host=node.example"), func(in *model.Instance) {
+			in.Node, in.NodeAddress = n, n
+		}),
+		ok("node", "10.0.0.66", "seamless.http.host=node.example"),
+		// In meta and the other untrusted fields nobody renders.
 		with(inst("meta", "m", "10.0.0.5", 8080, "seamless.http.host=meta.example"), func(in *model.Instance) {
 			in.Meta = map[string]string{n: n}
-			in.Node, in.NodeAddress, in.Datacenter, in.Namespace, in.Kind = n, n, n, n, n
+			in.Datacenter, in.Namespace, in.Kind = n, n, n
 			in.NodeMeta = map[string]string{n: n}
 			in.TaggedAddresses = map[string]string{"lan": n}
 			in.Checks = []model.Check{{CheckID: n, Output: n, Status: model.StatusPassing}}
@@ -72,7 +78,7 @@ func TestInjection(t *testing.T) {
 		checkGrammar(t, out.Config)
 		checkServers(t, out.Config)
 		checkSkipped(t, out.Skipped)
-		for _, s := range []string{"id-ok", "addr-ok", "tags.example", "meta.example"} {
+		for _, s := range []string{"id-ok", "addr-ok", "tags-ok", "node-ok", "meta.example", "server m "} {
 			if !strings.Contains(string(out.Config), s) {
 				t.Errorf("nasty[%d] %q: %s was left out with the bad value", i, n, s)
 			}

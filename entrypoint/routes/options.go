@@ -47,6 +47,11 @@ type Options struct {
 	StateFile string
 	// Table keeps slot assignments across renderers; nil: a new one.
 	Table *SlotTable
+	// Sources lists the sources by precedence (SEAMLESS_SOURCES): a route
+	// conflict between services of two sources goes to the earlier one.
+	Sources []string
+	// Refusals counts what is left out; nil: not counted.
+	Refusals *Refusals
 	// Now is the clock of drains; nil: time.Now.
 	Now func() time.Time
 }

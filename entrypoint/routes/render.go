@@ -30,6 +30,7 @@ type Renderer struct {
 	drain     time.Duration
 	stateFile string
 	table     *SlotTable
+	refusals  *Refusals
 	now       func() time.Time
 	log       *slog.Logger
 }
@@ -53,11 +54,12 @@ func New(opts Options, log *slog.Logger) (*Renderer, error) {
 	r := &Renderer{
 		http:      httpB,
 		stats:     statsB,
-		policy:    Policy{Health: opts.Health, Reserved: reserved},
+		policy:    Policy{Health: opts.Health, Reserved: reserved, Sources: opts.Sources},
 		slots:     opts.Slots,
 		drain:     opts.DrainTimeout,
 		stateFile: opts.StateFile,
 		table:     opts.Table,
+		refusals:  opts.Refusals,
 		now:       opts.Now,
 		log:       log.With("component", "routes"),
 	}
@@ -92,6 +94,9 @@ func (r *Renderer) Render(st model.State) (model.Rendering, error) {
 	rt, skipped := r.Build(c)
 	for _, s := range skipped {
 		out.Skipped = append(out.Skipped, s.String())
+	}
+	if r.refusals != nil {
+		r.refusals.observe(skipped)
 	}
 	v, err := r.view(rt)
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
 )
 
 // The tags the default configuration reads. Any other tag starting with
@@ -21,10 +23,7 @@ const (
 
 // Limits of what a tag or a registration may carry.
 const (
-	maxServiceName = 128
-	maxPath        = 256
-	maxDNSName     = 253
-	maxLabel       = 63
+	maxPath = 256
 	// MaxWeight is HAProxy's largest server weight.
 	MaxWeight = 256
 )
@@ -41,8 +40,11 @@ type Tags struct {
 func (t Tags) Empty() bool { return len(t.Hosts)+len(t.Paths)+len(t.Ports) == 0 }
 
 // ParseTags reads the seamless.* tags of one instance. Every tag that
-// cannot be used is left out and described in problems, in words for an
-// operator; the others apply.
+// cannot be used (a bad value, no value, a name seamless does not know,
+// usually a typo) is described in problems, in words for an operator that
+// name the tag. The caller must not route an instance with problems:
+// using the rest of its tags could make its route wider than asked
+// (a host without its path, a path without its host).
 func ParseTags(tags []string) (t Tags, problems []string) {
 	for _, tag := range tags {
 		if len(tag) < len(tagPrefix) || !strings.EqualFold(tag[:len(tagPrefix)], tagPrefix) {
@@ -52,12 +54,12 @@ func ParseTags(tags []string) (t Tags, problems []string) {
 		switch key {
 		case TagHTTPHost, TagHTTPPath, TagTCPPort:
 		default:
-			problems = append(problems, fmt.Sprintf("unknown tag %s left out (known: %s, %s, %s)",
+			problems = append(problems, fmt.Sprintf("unknown tag %s (known: %s, %s, %s)",
 				quote(key), TagHTTPHost, TagHTTPPath, TagTCPPort))
 			continue
 		}
 		if !hasVal {
-			problems = append(problems, fmt.Sprintf("tag %s left out: it has no value (%s=...)", key, key))
+			problems = append(problems, fmt.Sprintf("tag %s has no value (%s=...)", key, key))
 			continue
 		}
 		var err error
@@ -79,7 +81,7 @@ func ParseTags(tags []string) (t Tags, problems []string) {
 			}
 		}
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("tag %s=%s left out: %v", key, quote(val), err))
+			problems = append(problems, fmt.Sprintf("tag %s=%s is invalid: %v", key, quote(val), err))
 		}
 	}
 	return t, problems
@@ -96,7 +98,7 @@ func ParseHost(s string) (string, error) {
 	if ip, err := netip.ParseAddr(name); err == nil && ip.Is4() && !wildcard {
 		return ip.String(), nil
 	}
-	if !isDNSName(name, false) {
+	if !model.IsDNSName(name, false) {
 		return "", fmt.Errorf("not a host name: use letters, digits and hyphens in dot-separated labels, " +
 			`an IPv4 address, or "*." and a name for every name under it`)
 	}
@@ -149,24 +151,6 @@ func ParsePort(s string) (int, error) {
 	return p, nil
 }
 
-// CheckServiceName reports why a service name cannot be used: it must be
-// 1–128 printable ASCII characters without spaces. Backend names are
-// derived from it (see Ident), never printed as they are.
-func CheckServiceName(s string) error {
-	switch {
-	case s == "":
-		return fmt.Errorf("the service has no name")
-	case len(s) > maxServiceName:
-		return fmt.Errorf("service name longer than %d characters", maxServiceName)
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] <= ' ' || s[i] > '~' {
-			return fmt.Errorf("service name has %s: only printable ASCII without spaces is accepted", describeByte(s[i]))
-		}
-	}
-	return nil
-}
-
 // Address is a validated server address.
 type Address struct {
 	// Host is an IPv4 address, an IPv6 address (without brackets) or a
@@ -183,54 +167,20 @@ func (a Address) HostPort(port int) string {
 	return a.Host + ":" + strconv.Itoa(port)
 }
 
-// ParseAddress validates an instance address: an IPv4 or IPv6 address
-// (IPv4-mapped IPv6 becomes IPv4; no zone; not unspecified) or a DNS name
-// (labels of letters, digits, hyphens and underscores, an optional final
-// dot). A name is resolved by HAProxy at start; one that does not resolve
-// leaves that server disabled (init-addr none), not the configuration
-// broken.
+// ParseAddress validates an instance address (model.CheckAddress, the
+// rule every template shares) and normalises it: IPv4-mapped IPv6 becomes
+// IPv4, a name is in lower case. A name is resolved by HAProxy at start;
+// one that does not resolve leaves that server disabled (init-addr none),
+// not the configuration broken.
 func ParseAddress(s string) (Address, error) {
-	if s == "" {
-		return Address{}, fmt.Errorf("the instance has no address")
+	if err := model.CheckAddress(s); err != nil {
+		return Address{}, err
 	}
 	if ip, err := netip.ParseAddr(s); err == nil {
-		if ip.Zone() != "" { // before Unmap, which drops it
-			return Address{}, fmt.Errorf("address %s has an IPv6 zone, which a server line cannot carry", quote(s))
-		}
 		ip = ip.Unmap()
-		if ip.IsUnspecified() {
-			return Address{}, fmt.Errorf("address %s is unspecified (it means every address, not one)", quote(s))
-		}
 		return Address{Host: ip.String(), IPv6: ip.Is6()}, nil
 	}
-	name := strings.ToLower(s)
-	if !isDNSName(strings.TrimSuffix(name, "."), true) {
-		return Address{}, fmt.Errorf("address %s is neither an IP address nor a DNS name", quote(s))
-	}
-	return Address{Host: name}, nil
-}
-
-// isDNSName reports whether s (lower case) is a DNS name: 1–253
-// characters, labels of 1–63 letters, digits and hyphens (and underscores
-// if underscore), not starting or ending with a hyphen, and a last label
-// that is not all digits (so that "10.0.0" is not taken for a name).
-func isDNSName(s string, underscore bool) bool {
-	if s == "" || len(s) > maxDNSName {
-		return false
-	}
-	labels := strings.Split(s, ".")
-	for _, l := range labels {
-		if l == "" || len(l) > maxLabel || l[0] == '-' || l[len(l)-1] == '-' {
-			return false
-		}
-		for i := 0; i < len(l); i++ {
-			c := l[i]
-			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || underscore && c == '_') {
-				return false
-			}
-		}
-	}
-	return strings.Trim(labels[len(labels)-1], "0123456789") != ""
+	return Address{Host: strings.ToLower(s)}, nil
 }
 
 func isPathByte(c byte) bool {

@@ -28,23 +28,23 @@ func TestParseTags(t *testing.T) {
 			want: Tags{Paths: []string{"/api"}}},
 		{name: "a TCP port", tags: []string{"seamless.tcp.port=5432", "seamless.tcp.port=5432"},
 			want: Tags{Ports: []int{5432}}},
-		{name: "a bad value leaves out that tag only",
+		{name: "a bad value is a problem; the caller must not use the rest",
 			tags:     []string{"seamless.http.host=a b", "seamless.http.host=ok.example"},
 			want:     Tags{Hosts: []string{"ok.example"}},
-			problems: []string{`tag seamless.http.host="a b" left out: not a host name`}},
+			problems: []string{`tag seamless.http.host="a b" is invalid: not a host name`}},
 		{name: "a tag without a value", tags: []string{"seamless.http.host"},
-			problems: []string{"seamless.http.host left out: it has no value"}},
+			problems: []string{"tag seamless.http.host has no value"}},
 		{name: "an empty value", tags: []string{"seamless.tcp.port="},
-			problems: []string{`seamless.tcp.port="" left out: not a port number`}},
+			problems: []string{`seamless.tcp.port="" is invalid: not a port number`}},
 		{name: "an unknown seamless tag is a typo worth reporting", tags: []string{"seamless.http.hots=a.example"},
-			problems: []string{"unknown tag seamless.http.hots left out"}},
+			problems: []string{"unknown tag seamless.http.hots"}},
 		{name: "there is no weight tag", tags: []string{"seamless.weight=5"},
-			problems: []string{"unknown tag seamless.weight left out"}},
+			problems: []string{"unknown tag seamless.weight"}},
 		{name: "the prefix in capitals is still ours, and still wrong", tags: []string{"Seamless.HTTP.Host=a.example"},
-			problems: []string{"unknown tag Seamless.HTTP.Host left out"}},
+			problems: []string{"unknown tag Seamless.HTTP.Host"}},
 		{name: "an injected directive is one bad host",
 			tags:     []string{"seamless.http.host=x\n    server evil 203.0.113.9:80"},
-			problems: []string{`"x\n    server evil 203.0.113.9:80" left out: not a host name`}},
+			problems: []string{`"x\n    server evil 203.0.113.9:80" is invalid: not a host name`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -219,30 +219,6 @@ func TestParseAddress(t *testing.T) {
 			}
 			if err != nil || a.HostPort(8080) != tt.want {
 				t.Fatalf("ParseAddress(%q) = %q, %v; want %q", tt.in, a.HostPort(8080), err, tt.want)
-			}
-		})
-	}
-}
-
-func TestCheckServiceName(t *testing.T) {
-	tests := []struct {
-		name, in string
-		ok       bool
-	}{
-		{"a plain name", "web", true},
-		{"punctuation is mapped later, not refused", "team/web:v2", true},
-		{"empty", "", false},
-		{"a space", "my web", false},
-		{"a newline", "web\nserver evil", false},
-		{"a tab", "web\t", false},
-		{"non-ASCII", "café", false},
-		{"128 characters", strings.Repeat("a", 128), true},
-		{"129 characters", strings.Repeat("a", 129), false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if err := CheckServiceName(tt.in); (err == nil) != tt.ok {
-				t.Fatalf("CheckServiceName(%q) = %v, want ok=%v", tt.in, err, tt.ok)
 			}
 		})
 	}
