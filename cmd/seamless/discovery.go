@@ -49,7 +49,9 @@ func newSources(cfg *config.Config, log *slog.Logger) ([]model.Source, error) {
 			}
 			out = append(out, s)
 		case config.SourceFile:
-			s, err := file.New(file.Config{Dir: cfg.ServicesDir, Rescan: cfg.ServicesRescan}, log)
+			// Saved: where the applier keeps this source's snapshot (apply's snapshotPath).
+			s, err := file.New(file.Config{Dir: cfg.ServicesDir, Rescan: cfg.ServicesRescan,
+				Saved: filepath.Join(cfg.StateDir, "sources", file.Name+".json")}, log)
 			if err != nil {
 				return nil, err
 			}
@@ -61,9 +63,13 @@ func newSources(cfg *config.Config, log *slog.Logger) ([]model.Source, error) {
 
 // rendererFactory returns what builds the renderer: the user's template,
 // parsed again at every call (SIGHUP), or the built-in one.
-func rendererFactory(cfg *config.Config, log *slog.Logger) func() (model.Renderer, error) {
+func rendererFactory(cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) func() (model.Renderer, error) {
 	health := model.ParseHealth(cfg.ConsulHealth)
 	table := routes.NewSlotTable() // outlives the renderers SIGHUP makes
+	refusals := routes.NewRefusals()
+	if reg != nil && cfg.Template == "" {
+		reg.MustRegister(refusals)
+	}
 	if cfg.Template != "" {
 		return func() (model.Renderer, error) {
 			return template.Parse(cfg.Template, template.Options{DefaultHealth: health})
@@ -71,7 +77,8 @@ func rendererFactory(cfg *config.Config, log *slog.Logger) func() (model.Rendere
 	}
 	return func() (model.Renderer, error) {
 		return routes.New(routes.Options{HTTPBind: cfg.HTTPBind, StatsBind: cfg.StatsBind, Health: health,
-			Slots: cfg.ServerSlots, DrainTimeout: cfg.DrainTimeout, StateFile: serverStateFile(cfg), Table: table}, log)
+			Slots: cfg.ServerSlots, DrainTimeout: cfg.DrainTimeout, StateFile: serverStateFile(cfg), Table: table,
+			Sources: cfg.SourceList(), Refusals: refusals}, log)
 	}
 }
 
@@ -115,7 +122,7 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 	}
 	opts := apply.Options{
 		Sources:      sources,
-		NewRenderer:  rendererFactory(cfg, log),
+		NewRenderer:  rendererFactory(cfg, m.Registry, log),
 		Path:         cl.ConfigFiles[0],
 		StateDir:     cfg.StateDir,
 		Wait:         cfg.Wait,
@@ -218,7 +225,7 @@ func render(ctx context.Context, cfg *config.Config, bin string, args []string, 
 	defer os.RemoveAll(dir)
 	// The saved snapshots of a running seamless are read, never written.
 	a, err := apply.New(apply.Options{
-		Sources: sources, NewRenderer: rendererFactory(cfg, log),
+		Sources: sources, NewRenderer: rendererFactory(cfg, nil, log),
 		Path: filepath.Join(dir, renderedName), StateDir: cfg.StateDir, ReadOnly: true,
 		StartTimeout: cfg.DiscoveryTimeout,
 		Validate:     func(context.Context, string) error { return nil },

@@ -46,6 +46,7 @@ type nodeService struct {
 	Weights         *weights
 	Namespace       string
 	PeerName        string
+	CreateIndex     uint64 // orders registrations: the earliest keeps a contested route
 }
 
 type serviceAddress struct {
@@ -210,6 +211,7 @@ func convertDump(dump []*nodeInfo, dc, tagFilter string) *model.Catalog {
 				TaggedAddresses:     serviceAddresses(svc.TaggedAddresses),
 				Status:              aggregateStatus(checks),
 				Checks:              checks,
+				Registered:          svc.CreateIndex,
 			}
 			if svc.Weights != nil {
 				in.Weight, in.WarningWeight = svc.Weights.Passing, svc.Weights.Warning

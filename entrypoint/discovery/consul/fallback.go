@@ -163,7 +163,7 @@ func (p *publicCatalog) list(ctx context.Context) (model.Result, error) {
 
 func fromAgentService(s *api.AgentService) *nodeService {
 	ns := &nodeService{Kind: string(s.Kind), ID: s.ID, Service: s.Service, Tags: s.Tags, Address: s.Address,
-		Meta: s.Meta, Port: s.Port, Namespace: s.Namespace, PeerName: s.PeerName,
+		Meta: s.Meta, Port: s.Port, Namespace: s.Namespace, PeerName: s.PeerName, CreateIndex: s.CreateIndex,
 		Weights: &weights{Passing: s.Weights.Passing, Warning: s.Weights.Warning}}
 	if len(s.TaggedAddresses) > 0 {
 		ns.TaggedAddresses = make(map[string]serviceAddress, len(s.TaggedAddresses))

@@ -120,6 +120,9 @@ func convert(c container.InspectResponse, netName string, k *kill, now time.Time
 		Meta:    map[string]string{MetaContainer: r.name, MetaImage: c.Config.Image, MetaNetwork: nw},
 		Status:  model.StatusPassing,
 	}
+	if t, err := time.Parse(time.RFC3339Nano, c.Created); err == nil && t.UnixNano() > 0 {
+		in.Registered = uint64(t.UnixNano()) // the earliest container keeps a contested route
+	}
 	if p, ok := labels[labelComposeProject]; ok {
 		in.Meta[MetaComposeProject] = p
 	}

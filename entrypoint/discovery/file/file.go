@@ -86,6 +86,10 @@ type Config struct {
 	// Rescan is how often the whole directory is read again even without
 	// an event; 0 means DefaultRescan.
 	Rescan time.Duration
+	// Saved is the applier's saved snapshot of this source (in
+	// SEAMLESS_STATE_DIR), read once for the services' order of first
+	// sight (see order.go); "" or a missing file starts afresh.
+	Saved string
 }
 
 // DefaultRescan is Config.Rescan's default.
@@ -105,6 +109,7 @@ const minBackoff = 100 * time.Millisecond
 type Source struct {
 	dir    string
 	rescan time.Duration
+	saved  string
 	log    *slog.Logger
 
 	mu     sync.Mutex
@@ -142,7 +147,7 @@ func New(cfg Config, log *slog.Logger) (*Source, error) {
 		cfg.Rescan = DefaultRescan
 	}
 	return &Source{
-		dir: dir, rescan: cfg.Rescan,
+		dir: dir, rescan: cfg.Rescan, saved: cfg.Saved,
 		log:    log.With("component", "discovery", "source", Name),
 		status: model.SourceStatus{Name: Name},
 	}, nil
@@ -166,6 +171,7 @@ func (s *Source) Status() model.SourceStatus {
 func (s *Source) Run(ctx context.Context, out chan<- model.Snapshot) {
 	s.log.Info("reading services files", "dir", s.dir, "rescan", s.rescan)
 	sc := newScanner(s.dir, s.log)
+	sc.order = loadFirstSeen(s.saved, s.log)
 	w := &watch{dir: s.dir, log: s.log}
 	defer w.close()
 

@@ -51,6 +51,7 @@ type scanner struct {
 	problems map[string]string
 	// services are those of the last successful scan, for logging changes.
 	services map[string]*service
+	order    *firstSeen // nil: no registration order
 }
 
 func newScanner(dir string, log *slog.Logger) *scanner {
@@ -78,6 +79,9 @@ func (sc *scanner) scan() (cat *model.Catalog, problems []string, err error) {
 	}
 	names := sc.read(entries)
 	cat, services, declared, fileProblems := sc.build(names)
+	if sc.order != nil {
+		sc.order.stamp(cat)
+	}
 
 	sc.logProblems(fileProblems)
 	for _, name := range names {
