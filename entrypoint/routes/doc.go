@@ -40,9 +40,14 @@
 // (IPv4, IPv6, DNS names; a name that does not resolve leaves its server
 // disabled, not the configuration broken) and weights (1–256). What cannot
 // be used is left out and reported (Rendering.Skipped) in words naming the
-// service and instance; the rest applies. When two services claim the same
-// host and path, or the same TCP port, the first by name keeps it and the
-// other is told so. Backend names ("http-<service>", "tcp-<service>") and
+// service and instance; the rest applies. Instances pass
+// model.CheckInstance, the rule user templates get too. An instance is
+// routed with all of its seamless.* tags or not at all: one invalid or
+// unknown seamless.* tag leaves it out, so that a bad tag never leaves a
+// wider route behind. When two services claim the same host and path, or
+// the same TCP port, the one registered first keeps it (source precedence,
+// then model.Instance.Registered, then name) and the other is told so,
+// naming the holder. Backend names ("http-<service>", "tcp-<service>") and
 // server names (the instance ID) go through Ident, so they contain only
 // characters HAProxy accepts and stay the same from one render to the next.
 //

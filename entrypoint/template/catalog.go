@@ -2,6 +2,7 @@ package template
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -37,27 +38,40 @@ func (r *render) catalog(dc string) (*model.Catalog, bool) {
 	return c, true
 }
 
-// withoutControls leaves out every node and instance with a control
-// character (a newline above all) in a name, address, tag or meta: no
-// registration has a legitimate use for one, and a template that prints
-// such a value raw, as consul-template templates do, would let it write
-// lines of its own into HAProxy's configuration. KV values are not
-// filtered (multi-line values are legitimate); templates quote them with
-// haproxyQuote.
+// withoutControls leaves out every node and instance that a template
+// printing its values raw, as consul-template templates do, would let
+// write into HAProxy's configuration: an instance that fails
+// model.CheckInstance (the rule the built-in template applies too: names
+// without whitespace or control characters, an address that is an IP or a
+// DNS name), a node whose name or address fails the same checks, and
+// anything with a control character (a newline above all) in a tag or
+// meta. KV values are not filtered (multi-line values are legitimate);
+// templates quote them with haproxyQuote.
 func (r *render) withoutControls(c *model.Catalog) *model.Catalog {
 	out := &model.Catalog{Datacenter: c.Datacenter}
 	for _, n := range c.Nodes {
-		if hasControl(n.Name, n.Address, n.ID) || mapHasControl(n.Meta) || mapHasControl(n.TaggedAddresses) {
-			r.skipped = append(r.skipped, fmt.Sprintf("node %q: a control character in its name, address or meta; node left out", n.Name))
+		err := model.CheckName("node name", n.Name)
+		if err == nil && n.Address != "" {
+			err = model.CheckAddress(n.Address)
+		}
+		if err == nil && (hasControl(n.ID) || mapHasControl(n.Meta) || mapHasControl(n.TaggedAddresses)) {
+			err = errors.New("a control character in its ID or meta")
+		}
+		if err != nil {
+			r.skipped = append(r.skipped, fmt.Sprintf("node %q: %v; node left out", n.Name, err))
 			continue
 		}
 		out.Nodes = append(out.Nodes, n)
 	}
 	for _, in := range c.Instances {
-		if hasControl(in.Name, in.ID, in.Node, in.NodeID, in.NodeAddress, in.Address, in.Kind, in.Namespace) ||
+		err := model.CheckInstance(in)
+		if err == nil && (hasControl(in.NodeID, in.Kind, in.Namespace) ||
 			hasControl(in.Tags...) || mapHasControl(in.Meta) || mapHasControl(in.NodeMeta) ||
-			mapHasControl(in.TaggedAddresses) || mapHasControl(in.NodeTaggedAddresses) {
-			r.skipped = append(r.skipped, fmt.Sprintf("service %q instance %q: a control character in a name, address, tag or meta; instance left out", in.Name, in.ID))
+			mapHasControl(in.TaggedAddresses) || mapHasControl(in.NodeTaggedAddresses)) {
+			err = errors.New("a control character in a tag or meta")
+		}
+		if err != nil {
+			r.skipped = append(r.skipped, fmt.Sprintf("service %q instance %q: %v; instance left out", in.Name, in.ID, err))
 			continue
 		}
 		out.Instances = append(out.Instances, in)

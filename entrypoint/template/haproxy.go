@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
 )
 
 // HAProxy helpers. The escaping ones never fail: whatever the input, their
@@ -133,32 +135,13 @@ func IsIP(s string) bool {
 	return err == nil && a.Zone() == ""
 }
 
-// ValidHost reports whether s is an IP address or a DNS host name HAProxy
-// can resolve: dot-separated labels of letters, digits, "-" and "_", each
-// 1 to 63 long and not starting or ending with "-", 253 at most in all,
-// the last one not all digits.
-func ValidHost(s string) bool {
-	if IsIP(s) {
-		return true
-	}
-	if s == "" || len(s) > 253 {
-		return false
-	}
-	labels := strings.Split(s, ".")
-	for _, l := range labels {
-		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
-			return false
-		}
-		for i := 0; i < len(l); i++ {
-			c := l[i]
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-				return false
-			}
-		}
-	}
-	last := labels[len(labels)-1]
-	return strings.Trim(last, "0123456789") != ""
-}
+// ValidHost reports whether s is an address a server line can take, by
+// the rule every instance passes before a template sees it
+// (model.CheckAddress): an IP address (no zone, not unspecified) or a DNS
+// name of dot-separated labels of letters, digits, "-" and "_", each 1 to
+// 63 long and not starting or ending with "-", 253 at most in all, the
+// last one not all digits, with an optional final dot.
+func ValidHost(s string) bool { return model.CheckAddress(s) == nil }
 
 // port reads a port given as any integer or a decimal string.
 func port(p any) (int, bool) {

@@ -61,9 +61,9 @@ func TestHelpers(t *testing.T) {
 		{"mergeMapWithOverride", `{{$base := parseJSON "{\"a\":1}"}}{{parseJSON "{\"a\":2,\"b\":3}" | mergeMapWithOverride $base | toJSON}}`, `{"a":2,"b":3}`},
 	}
 	st := model.NewState(map[model.Query]model.Result{model.LocalCatalog: {Catalog: &model.Catalog{Instances: []model.Instance{
-		{Name: "web", ID: "1", Node: "n1", Status: "passing", Meta: map[string]string{"zone": "eu", "shard": "2"}},
-		{Name: "web", ID: "2", Node: "n2", Status: "passing", Meta: map[string]string{"zone": "us.1", "shard": "10"}},
-		{Name: "web", ID: "3", Node: "n3", Status: "passing"},
+		{Name: "web", ID: "1", Node: "n1", Address: "10.0.0.1", Status: "passing", Meta: map[string]string{"zone": "eu", "shard": "2"}},
+		{Name: "web", ID: "2", Node: "n2", Address: "10.0.0.2", Status: "passing", Meta: map[string]string{"zone": "us.1", "shard": "10"}},
+		{Name: "web", ID: "3", Node: "n3", Address: "10.0.0.3", Status: "passing"},
 	}}}})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
