@@ -115,7 +115,14 @@ func TestEndToEnd(t *testing.T) {
 	}
 	for _, id := range []string{"web1", "web2", "web3"} {
 		add("web", id, model.StatusPassing, "seamless.http.host=web.test")
+		insts[len(insts)-1].Registered = 10
 	}
+	// Intruders (issue 10, items 1 and 2): one registered after web, whose
+	// name sorts first; one whose path tag is invalid. Neither may take
+	// any request of web.test from web.
+	add("aaa", "aaa1", model.StatusPassing, "seamless.http.host=web.test")
+	insts[len(insts)-1].Registered = 20
+	add("admin", "admin1", model.StatusPassing, "seamless.http.host=web.test", "seamless.http.path=/admin area")
 	add("api", "api1", model.StatusPassing, "seamless.http.host=web.test", "seamless.http.path=/api")
 	add("apps", "apps1", model.StatusPassing, "seamless.http.host=*.apps.test")
 	add("static", "static1", model.StatusPassing, "seamless.http.path=/static")
@@ -125,7 +132,7 @@ func TestEndToEnd(t *testing.T) {
 
 	r := mustNew(t, Options{HTTPBind: testenv.Addr(httpPort), StatsBind: testenv.Addr(statsPort)})
 	out := render(t, r, catalog(insts...))
-	if len(out.Skipped) > 0 {
+	if len(out.Skipped) != 3 { // aaa's conflict; admin's tag, and admin not routed
 		t.Fatalf("skipped: %q", out.Skipped)
 	}
 	haproxyCheck(t, out.Config)
@@ -156,6 +163,7 @@ func TestEndToEnd(t *testing.T) {
 		{"a path prefix", "web.test", "/api", 200, "api1 /api"},
 		{"below a path prefix", "web.test", "/api/users", 200, "api1 /api/users"},
 		{"a longer segment is not the prefix", "web.test", "/apix", 200, "web"},
+		{"an invalid path tag routes nothing", "web.test", "/admin", 200, "web"},
 		{"a wildcard host", "a.b.apps.test", "/", 200, "apps1"},
 		{"a wildcard does not match its own name", "apps.test", "/", 503, "No service is routed"},
 		{"a path for any host", "anything.test", "/static/app.js", 200, "static1 /static/app.js"},
