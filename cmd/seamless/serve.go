@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 
@@ -57,7 +58,7 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 	defer func() { stopReaper(); wg.Wait() }()
 
 	m := metrics.New()
-	env := haproxy.CleanEnv(os.Environ())
+	env := supervisor.HAProxyEnv(os.Environ())
 	// Discovery writes the file HAProxy starts with, so it starts first;
 	// the reloader it needs exists only later.
 	var rl *reload.Reloader
@@ -140,6 +141,7 @@ func writeDefaults(cfg *config.Config, cl *haproxy.CommandLine, path string, log
 		log.Warn("the configuration has no 'option idle-close-on-response': keep-alive clients that do not retry can fail at every reload; add it to the defaults section",
 			"files", cl.ConfigFiles)
 	}
+	warnWithheldRefs(cl.ConfigFiles, log)
 	content := haproxy.Defaults{HardStopAfter: cfg.HardStopAfter, MaxReloads: cfg.MaxReloads}.File(have)
 	if content == "" {
 		if rmErr := os.Remove(path); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
@@ -153,6 +155,27 @@ func writeDefaults(cfg *config.Config, cl *haproxy.CommandLine, path string, log
 	log.Info("adding defaults the configuration does not set", "file", path,
 		"hard_stop_after", cfg.HardStopAfter, "mworker_max_reloads", cfg.MaxReloads)
 	return []string{"-f", path}, nil
+}
+
+// withheldRef finds "${NAME}" or "$NAME" where NAME is kept from HAProxy.
+var withheldRef = regexp.MustCompile(`\$\{?((?:CONSUL|DOCKER|SEAMLESS)_[A-Za-z0-9_]*)`)
+
+// warnWithheldRefs names the lines of the configuration that expect a
+// variable HAProxy is not given (supervisor.HAProxyEnv): HAProxy reads it
+// as empty.
+func warnWithheldRefs(files []string, log *slog.Logger) {
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // a directory, or HAProxy will say
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			for _, m := range withheldRef.FindAllStringSubmatch(line, -1) {
+				log.Warn("the configuration uses a variable HAProxy is not given (CONSUL_*, DOCKER_* and SEAMLESS_* are withheld): it reads as empty; pass the value under another name",
+					"file", f, "line", i+1, "variable", m[1])
+			}
+		}
+	}
 }
 
 // check validates the configuration as serve would load it; in discovery
@@ -185,7 +208,7 @@ func checkFiles(ctx context.Context, cfg *config.Config, bin string, cl *haproxy
 	}
 	rp, stop := startReaper(log)
 	defer stop()
-	v := &haproxy.Validator{Bin: bin, Args: cl.CheckArgs(extra...), Env: os.Environ(), Run: rp.Output}
+	v := &haproxy.Validator{Bin: bin, Args: cl.CheckArgs(extra...), Env: supervisor.HAProxyEnv(os.Environ()), Run: rp.Output}
 	err = v.Check(ctx)
 	var ce *haproxy.ConfigError
 	switch {

@@ -96,3 +96,28 @@ func TestParseWait(t *testing.T) {
 		}
 	}
 }
+
+// The values the field test fed in: each was accepted and each broke
+// something (a busy core, every reload failing, HAProxy refusing the
+// generated defaults, "discovery with no sources").
+func TestOutOfRangeValuesFromTheFieldAreRefused(t *testing.T) {
+	for _, tt := range []struct{ key, value string }{
+		{"SEAMLESS_SERVICES_RESCAN", "1ms"},
+		{"SEAMLESS_RELOAD_TIMEOUT", "1ns"},
+		{"SEAMLESS_STOP_GRACE", "1ns"},
+		{"SEAMLESS_HARD_STOP_AFTER", "99999h"},
+		{"SEAMLESS_SOURCES", ","},
+		{"SEAMLESS_SOURCES", "consul,,file"},
+	} {
+		t.Run(tt.key+"="+tt.value, func(t *testing.T) {
+			t.Setenv(tt.key, tt.value)
+			_, err := Load()
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), tt.key) {
+				t.Errorf("error %q does not name %s", err, tt.key)
+			}
+		})
+	}
+}

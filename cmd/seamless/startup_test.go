@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/seamless-lb/seamless/internal/testenv"
+)
+
+// environ reads a process's environment from /proc.
+func environ(t *testing.T, pid int) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(string(bytes.TrimRight(b, "\x00")), "\x00")
+}
+
+// The master, its workers and `haproxy -c` get seamless's environment
+// without the Consul token and the other CONSUL_*, DOCKER_* and SEAMLESS_*
+// variables; the rest (a user's own) still passes.
+func TestHAProxyDoesNotInheritSecrets(t *testing.T) {
+	testenv.HAProxy(t)
+	secrets := []string{"CONSUL_HTTP_TOKEN=secret-token", "DOCKER_HOST=unix:///secret.sock"}
+	s := newSite(t, startBackend(t))
+	// Documented: HAProxy reads a withheld variable as empty; seamless
+	// says so at start.
+	s.global = "    setenv FROM_TOKEN \"t${CONSUL_HTTP_TOKEN}\"\n"
+	s.write(t, 1)
+	in := startSeamless(t, s, startOpts{env: append(secrets, "SEAMLESS_TEST_KEPT_BY_USER=no", "USER_KNOB=kept")})
+	in.waitReady(s)
+	if !strings.Contains(in.out.String(), "variable=CONSUL_HTTP_TOKEN") {
+		t.Errorf("no warning names the withheld variable the configuration uses")
+	}
+	p := in.showProc()
+	if len(p.Workers) == 0 {
+		t.Fatal("no worker")
+	}
+	for _, pid := range []int{p.Master.Pid, p.Workers[0].Pid} {
+		env := environ(t, pid)
+		for _, kv := range env {
+			k, _, _ := strings.Cut(kv, "=")
+			for _, prefix := range []string{"CONSUL_", "DOCKER_", "SEAMLESS_"} {
+				if strings.HasPrefix(k, prefix) {
+					t.Errorf("pid %d inherited %s", pid, kv)
+				}
+			}
+		}
+		if !strings.Contains("\x00"+strings.Join(env, "\x00")+"\x00", "\x00USER_KNOB=kept\x00") {
+			t.Errorf("pid %d lost USER_KNOB: %q", pid, env)
+		}
+	}
+
+	// haproxy -c too: this file is invalid only where the token is set.
+	s.extraFE = ".if defined(CONSUL_HTTP_TOKEN)\n    the-token-leaked-into-haproxy-c\n.endif\n"
+	s.write(t, 2)
+	in.signal(syscall.SIGHUP)
+	testenv.Eventually(t, 30*time.Second, "reload of the file that tests the environment", func() bool {
+		return in.metric(successes)+in.metric(failures) >= 1
+	})
+	if got := in.metric(failures); got != 0 {
+		t.Fatalf("the reload failed: haproxy -c saw CONSUL_HTTP_TOKEN\n%s", in.out.String())
+	}
+	testenv.Eventually(t, 10*time.Second, "version 2 served", func() bool { return served(s) == "v2" })
+	code, _, errOut := runBinary(t, secrets, "check", "-f", s.path)
+	if code != 0 {
+		t.Errorf("seamless check: exit %d: haproxy -c saw CONSUL_HTTP_TOKEN\n%s", code, errOut)
+	}
+}
+
+// SEAMLESS_HARD_STOP_AFTER beyond what HAProxy's time parser takes is a
+// bad variable (exit 2, before HAProxy runs), and its maximum is accepted
+// by the real HAProxy.
+func TestHardStopAfterIsBoundedByHAProxy(t *testing.T) {
+	testenv.HAProxy(t)
+	s := newSite(t, startBackend(t))
+	s.write(t, 1)
+	code, _, errOut := runBinary(t, []string{"SEAMLESS_HARD_STOP_AFTER=99999h"}, "check", "-f", s.path)
+	if code != exitUsage || !strings.Contains(errOut, "SEAMLESS_HARD_STOP_AFTER") {
+		t.Errorf("99999h: exit %d, want %d naming the variable; stderr:\n%s", code, exitUsage, errOut)
+	}
+	env := []string{"SEAMLESS_HARD_STOP_AFTER=596h", "SEAMLESS_MAX_RELOADS=10000"}
+	if code, _, errOut := runBinary(t, env, "check", "-f", s.path); code != 0 {
+		t.Errorf("%v, the maxima: exit %d; HAProxy refused them:\n%s", env, code, errOut)
+	}
+}
