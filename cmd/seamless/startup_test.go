@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seamless-lb/seamless/entrypoint/config"
 	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
@@ -85,7 +86,12 @@ func TestHardStopAfterIsBoundedByHAProxy(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errOut, "SEAMLESS_HARD_STOP_AFTER") {
 		t.Errorf("99999h: exit %d, want %d naming the variable; stderr:\n%s", code, exitUsage, errOut)
 	}
-	env := []string{"SEAMLESS_HARD_STOP_AFTER=596h", "SEAMLESS_MAX_RELOADS=10000"}
+	var env []string
+	for _, v := range config.Vars() {
+		if v.Name == "SEAMLESS_HARD_STOP_AFTER" || v.Name == "SEAMLESS_MAX_RELOADS" {
+			env = append(env, v.Name+"="+v.Max)
+		}
+	}
 	if code, _, errOut := runBinary(t, env, "check", "-f", s.path); code != 0 {
 		t.Errorf("%v, the maxima: exit %d; HAProxy refused them:\n%s", env, code, errOut)
 	}
