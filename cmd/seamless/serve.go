@@ -25,6 +25,20 @@ import (
 func serve(ctx context.Context, cfg *config.Config, bin string, args []string, log *slog.Logger) int {
 	// First of all: signals that arrive during start-up wait here.
 	sigs := supervisor.Notify()
+	// A stop signal before HAProxy runs (the discovery wait can be long)
+	// ends the start-up at once.
+	startCtx, abortStart := context.WithCancel(ctx)
+	defer abortStart()
+	watch := supervisor.WatchStart(sigs, abortStart)
+	watching := true
+	endWatch := func() os.Signal {
+		if !watching {
+			return nil
+		}
+		watching = false
+		return watch.End()
+	}
+	defer endWatch()
 	log.Info("starting", "version", versionLine(), "pid", os.Getpid())
 	if err := os.MkdirAll(cfg.RunDir, 0o750); err != nil {
 		log.Error("cannot create SEAMLESS_RUN_DIR", "dir", cfg.RunDir, "err", err)
@@ -71,8 +85,13 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 		validate := func(ctx context.Context, cand string) error {
 			return candidateValidator(checker, cl.ConfigFiles[0])(ctx, cand)
 		}
-		disc, err = startDiscovery(ctx, cfg, cl, validate, func() *reload.Reloader { return rl },
+		disc, err = startDiscovery(startCtx, cfg, cl, validate, func() *reload.Reloader { return rl },
 			haproxy.NewMasterCLI(cl.MasterSocket), m, log)
+		if err != nil && startCtx.Err() != nil {
+			if sig := endWatch(); sig != nil {
+				return stoppedStarting(sig, log)
+			}
+		}
 		if err != nil {
 			log.Error("discovery cannot start", "err", err)
 			return exitUsage
@@ -92,7 +111,7 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 	}
 	cli := haproxy.NewMasterCLI(cl.MasterSocket)
 	validator := &haproxy.Validator{Bin: bin, Args: cl.CheckArgs(extra...), Env: env, Run: rp.Output}
-	validator, err = haproxy.WithSpeedup(ctx, validator, cl, extra, filepath.Join(cfg.RunDir, "check-speedup.cfg"))
+	validator, err = haproxy.WithSpeedup(startCtx, validator, cl, extra, filepath.Join(cfg.RunDir, "check-speedup.cfg"))
 	if err != nil {
 		log.Warn("validating at full cost", "err", err)
 	}
@@ -107,6 +126,9 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 	}
 	if cfg.LogFormat == "json" {
 		opts.Output = haproxyLines{log}
+	}
+	if sig := endWatch(); sig != nil {
+		return stoppedStarting(sig, log)
 	}
 	sup := supervisor.New(opts, rp, rl, cli, tap, m, log)
 
@@ -126,6 +148,13 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 		defer stopStatus()
 	}
 	return sup.Run(ctx)
+}
+
+// stoppedStarting ends a start-up that a stop signal interrupted: nothing
+// was serving yet, so it is a clean stop (exit 0).
+func stoppedStarting(sig os.Signal, log *slog.Logger) int {
+	log.Info("stopped during start-up; HAProxy was not started", "signal", sig)
+	return 0
 }
 
 // writeDefaults scans the user's configuration, warns about what makes

@@ -96,3 +96,26 @@ func TestHardStopAfterIsBoundedByHAProxy(t *testing.T) {
 		t.Errorf("%v, the maxima: exit %d; HAProxy refused them:\n%s", env, code, errOut)
 	}
 }
+
+// closedAddr is a loopback address where nothing listens: a Consul that
+// is down.
+func closedAddr(t *testing.T) string { return testenv.Addr(testenv.FreePort(t)) }
+
+// A stop signal during the start-up wait for the sources ends seamless at
+// once (exit 0: nothing was serving yet), instead of after
+// SEAMLESS_DISCOVERY_TIMEOUT, which Docker would end with SIGKILL.
+func TestStopDuringTheDiscoveryWait(t *testing.T) {
+	testenv.HAProxy(t)
+	in := startSeamless(t, nil, startOpts{args: []string{"haproxy"}, env: []string{
+		"SEAMLESS_SOURCES=consul", "CONSUL_HTTP_ADDR=" + closedAddr(t),
+		"SEAMLESS_DISCOVERY_TIMEOUT=60s", "SEAMLESS_STATE_DIR=" + t.TempDir(),
+		"SEAMLESS_HTTP_BIND=" + testenv.Addr(testenv.FreePort(t)), "SEAMLESS_STATS_BIND=",
+	}})
+	testenv.Eventually(t, 10*time.Second, "seamless waits for Consul", func() bool {
+		return strings.Contains(in.out.String(), "Consul query failed")
+	})
+	in.signal(syscall.SIGTERM)
+	if code := in.wait(3 * time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM during the start-up wait, want 0", code)
+	}
+}
