@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -118,4 +121,53 @@ func TestStopDuringTheDiscoveryWait(t *testing.T) {
 	if code := in.wait(3 * time.Second); code != 0 {
 		t.Errorf("exit %d after SIGTERM during the start-up wait, want 0", code)
 	}
+}
+
+// With the descriptors of a small container (256), 1,000 idle connections
+// held against the status endpoint neither block /healthz nor starve
+// haproxy -c: a reload still validates and succeeds.
+func TestIdleStatusConnectionsStarveNothing(t *testing.T) {
+	testenv.HAProxy(t)
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Skip("prlimit (util-linux) not installed")
+	}
+	be := startBackend(t)
+	s := newSite(t, be)
+	s.write(t, 1)
+	in := startSeamless(t, s, startOpts{wrap: []string{prlimit, "--nofile=256:256", "--"}})
+	in.waitReady(s)
+
+	const idle = 1000
+	conns := make([]net.Conn, 0, idle)
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for range idle {
+		c, err := net.DialTimeout("tcp", in.status, 5*time.Second)
+		if err != nil {
+			t.Fatalf("after %d connections: %v", len(conns), err)
+		}
+		conns = append(conns, c)
+	}
+	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Get("http://" + in.status + "/healthz")
+	if err != nil {
+		t.Fatalf("/healthz with %d idle connections held: %v", idle, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz: %d", resp.StatusCode)
+	}
+	s.write(t, 2)
+	in.signal(syscall.SIGHUP)
+	testenv.Eventually(t, 30*time.Second, "the reload's outcome", func() bool {
+		return in.metric(successes)+in.metric(failures) >= 1
+	})
+	if in.metric(failures) != 0 {
+		t.Fatalf("the reload failed with the idle connections held")
+	}
+	testenv.Eventually(t, 10*time.Second, "version 2 served", func() bool { return served(s) == "v2" })
 }
