@@ -3,7 +3,9 @@ package status
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -114,5 +116,59 @@ func TestHealthzAnswersWhileIdleConnectionsAreHeld(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("probe %d: status %d", i, resp.StatusCode)
 		}
+	}
+}
+
+// At the cap, an idle connection makes room; one serving a request is
+// left alone.
+func TestCapClosesIdleConnectionsNotActiveOnes(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &capListener{Listener: ln, max: 2, log: slog.New(slog.DiscardHandler)}
+	release, started := make(chan struct{}), make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		<-release
+		fmt.Fprint(w, "slow")
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
+	srv := &http.Server{Handler: mux, ConnState: cl.connState}
+	go srv.Serve(cl)
+	t.Cleanup(func() { srv.Close() })
+
+	slow := make(chan error, 1)
+	go func() {
+		resp, err := http.Get("http://" + ln.Addr().String() + "/slow")
+		if err == nil {
+			resp.Body.Close()
+		}
+		slow <- err
+	}()
+	select {
+	case <-started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the slow request did not start")
+	}
+	idleConn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idleConn.Close()
+	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Get("http://" + ln.Addr().String() + "/")
+	if err != nil {
+		t.Fatalf("probe at the cap: %v", err)
+	}
+	resp.Body.Close()
+	close(release)
+	if err := <-slow; err != nil {
+		t.Errorf("the active connection was closed to make room: %v", err)
+	}
+	idleConn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if _, err := idleConn.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the idle connection was not closed: %v", err)
 	}
 }
