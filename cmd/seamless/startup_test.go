@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
 	"github.com/seamless-lb/seamless/entrypoint/config"
 	"github.com/seamless-lb/seamless/internal/testenv"
 )
@@ -170,4 +171,44 @@ func TestIdleStatusConnectionsStarveNothing(t *testing.T) {
 		t.Fatalf("the reload failed with the idle connections held")
 	}
 	testenv.Eventually(t, 10*time.Second, "version 2 served", func() bool { return served(s) == "v2" })
+}
+
+// Consul down and nothing saved from an earlier run: HAProxy starts with
+// the built-in frontends and answers 503 for every host, seamless is
+// healthy but not ready, and once Consul answers a tagged service is
+// routed and seamless becomes ready. A source that is down never makes it
+// exit.
+func TestStartWithConsulDownAndNothingSaved(t *testing.T) {
+	r := newDiscoveryRig(t)
+	r.consul.Stop() // its address is now a closed port
+	r.extraEnv = []string{"SEAMLESS_DISCOVERY_TIMEOUT=1s"}
+	in := startSeamless(t, nil, startOpts{args: []string{"haproxy"}, env: r.env(t)})
+	testenv.Eventually(t, 20*time.Second, "HAProxy serves the frontend: 503 for every host", func() bool {
+		select {
+		case <-in.exited:
+			t.Fatalf("seamless exited with %d while Consul is down", in.code)
+		default:
+		}
+		code, _ := getHost(r.http, "web.example", "/")
+		return code == 503
+	})
+	if code, _ := getHost(r.http, "other.example", "/x"); code != 503 {
+		t.Errorf("another host: %d, want 503", code)
+	}
+	testenv.Eventually(t, 10*time.Second, "/healthz 200", func() bool {
+		code, _ := testenv.Get("http://" + in.status + "/healthz")
+		return code == 200
+	})
+	if code, body := testenv.Get("http://" + in.status + "/readyz"); code != 503 || !strings.Contains(body, "consul") {
+		t.Errorf("/readyz = %d %q with Consul never reached, want 503 naming consul", code, body)
+	}
+
+	r.consul.Start()
+	r.ports["web1"] = namedBackend(t, "web1")
+	registerExternal(t, r.consul.Client(), "web1", "web", r.ports["web1"], api.HealthPassing, "seamless.http.host=web.example")
+	r.eventuallyServedBy(t, "web.example", "web1")
+	testenv.Eventually(t, 10*time.Second, "/readyz 200 once Consul answered", func() bool {
+		code, _ := testenv.Get("http://" + in.status + "/readyz")
+		return code == 200
+	})
 }
