@@ -152,11 +152,15 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 		}
 	}
 	// The sources live until discovery is stopped, not until ctx ends:
-	// HAProxy stops last.
+	// HAProxy stops last. Only while the first configuration is being
+	// made does ctx ending (a stop signal) end them, and the wait for them.
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	log.Info("discovery starting", "sources", cfg.SourceList(), "template", templateName(cfg),
 		"config", cl.ConfigFiles[0], "wait", cfg.Wait, "timeout", cfg.DiscoveryTimeout)
-	if err := a.Start(sctx); err != nil {
+	starting := context.AfterFunc(ctx, cancel)
+	err = a.Start(sctx)
+	starting()
+	if err != nil {
 		cancel()
 		a.Wait()
 		return nil, err

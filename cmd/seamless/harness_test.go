@@ -149,6 +149,7 @@ type startOpts struct {
 	pid1 bool     // run as PID 1 of a new PID namespace
 	env  []string // extra SEAMLESS_* variables
 	args []string // defaults to "haproxy -f <site>"
+	wrap []string // a command that execs seamless (prlimit ...)
 }
 
 func startSeamless(t *testing.T, s *site, o startOpts) *instance {
@@ -159,7 +160,7 @@ func startSeamless(t *testing.T, s *site, o startOpts) *instance {
 	if args == nil {
 		args = []string{"haproxy", "-f", s.path}
 	}
-	argv := append([]string{seamlessBin}, args...)
+	argv := append(append(append([]string{}, o.wrap...), seamlessBin), args...)
 	if o.pid1 {
 		argv = append([]string{"unshare", "--pid", "--fork", "--mount-proc"}, argv...)
 	}

@@ -44,7 +44,8 @@ Signals: HUP/USR2 reload (validated, serialised, confirmed; with discovery the
 template is read again first); TERM/INT drain, then stop; others are forwarded
 to the HAProxy master.
 
-Exit codes: HAProxy's own (128+signal if a signal killed it); 2 for a bad
+Exit codes: HAProxy's own (128+signal if a signal killed it); 0 after a drain,
+or after a stop signal before HAProxy started (during the discovery wait); 2 for a bad
 command line or environment; 'check': 0 valid, 1 invalid, 3 HAProxy could
 not be run; 'render': 0 complete, 1 template error or data still missing
 after SEAMLESS_DISCOVERY_TIMEOUT; 'health': 0 healthy, 1 not.

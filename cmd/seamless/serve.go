@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 
@@ -24,6 +25,20 @@ import (
 func serve(ctx context.Context, cfg *config.Config, bin string, args []string, log *slog.Logger) int {
 	// First of all: signals that arrive during start-up wait here.
 	sigs := supervisor.Notify()
+	// A stop signal before HAProxy runs (the discovery wait can be long)
+	// ends the start-up at once.
+	startCtx, abortStart := context.WithCancel(ctx)
+	defer abortStart()
+	watch := supervisor.WatchStart(sigs, abortStart)
+	watching := true
+	endWatch := func() os.Signal {
+		if !watching {
+			return nil
+		}
+		watching = false
+		return watch.End()
+	}
+	defer endWatch()
 	log.Info("starting", "version", versionLine(), "pid", os.Getpid())
 	if err := os.MkdirAll(cfg.RunDir, 0o750); err != nil {
 		log.Error("cannot create SEAMLESS_RUN_DIR", "dir", cfg.RunDir, "err", err)
@@ -57,7 +72,7 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 	defer func() { stopReaper(); wg.Wait() }()
 
 	m := metrics.New()
-	env := haproxy.CleanEnv(os.Environ())
+	env := supervisor.HAProxyEnv(os.Environ())
 	// Discovery writes the file HAProxy starts with, so it starts first;
 	// the reloader it needs exists only later.
 	var rl *reload.Reloader
@@ -70,8 +85,13 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 		validate := func(ctx context.Context, cand string) error {
 			return candidateValidator(checker, cl.ConfigFiles[0])(ctx, cand)
 		}
-		disc, err = startDiscovery(ctx, cfg, cl, validate, func() *reload.Reloader { return rl },
+		disc, err = startDiscovery(startCtx, cfg, cl, validate, func() *reload.Reloader { return rl },
 			haproxy.NewMasterCLI(cl.MasterSocket), m, log)
+		if err != nil && startCtx.Err() != nil {
+			if sig := endWatch(); sig != nil {
+				return stoppedStarting(sig, log)
+			}
+		}
 		if err != nil {
 			log.Error("discovery cannot start", "err", err)
 			return exitUsage
@@ -91,7 +111,7 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 	}
 	cli := haproxy.NewMasterCLI(cl.MasterSocket)
 	validator := &haproxy.Validator{Bin: bin, Args: cl.CheckArgs(extra...), Env: env, Run: rp.Output}
-	validator, err = haproxy.WithSpeedup(ctx, validator, cl, extra, filepath.Join(cfg.RunDir, "check-speedup.cfg"))
+	validator, err = haproxy.WithSpeedup(startCtx, validator, cl, extra, filepath.Join(cfg.RunDir, "check-speedup.cfg"))
 	if err != nil {
 		log.Warn("validating at full cost", "err", err)
 	}
@@ -106,6 +126,9 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 	}
 	if cfg.LogFormat == "json" {
 		opts.Output = haproxyLines{log}
+	}
+	if sig := endWatch(); sig != nil {
+		return stoppedStarting(sig, log)
 	}
 	sup := supervisor.New(opts, rp, rl, cli, tap, m, log)
 
@@ -127,6 +150,13 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 	return sup.Run(ctx)
 }
 
+// stoppedStarting ends a start-up that a stop signal interrupted: nothing
+// was serving yet, so it is a clean stop (exit 0).
+func stoppedStarting(sig os.Signal, log *slog.Logger) int {
+	log.Info("stopped during start-up; HAProxy was not started", "signal", sig)
+	return 0
+}
+
 // writeDefaults scans the user's configuration, warns about what makes
 // reloads lossy, and writes the global defaults it lacks. It returns the
 // extra HAProxy arguments that load them.
@@ -140,6 +170,7 @@ func writeDefaults(cfg *config.Config, cl *haproxy.CommandLine, path string, log
 		log.Warn("the configuration has no 'option idle-close-on-response': keep-alive clients that do not retry can fail at every reload; add it to the defaults section",
 			"files", cl.ConfigFiles)
 	}
+	warnWithheldRefs(cl.ConfigFiles, log)
 	content := haproxy.Defaults{HardStopAfter: cfg.HardStopAfter, MaxReloads: cfg.MaxReloads}.File(have)
 	if content == "" {
 		if rmErr := os.Remove(path); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
@@ -153,6 +184,27 @@ func writeDefaults(cfg *config.Config, cl *haproxy.CommandLine, path string, log
 	log.Info("adding defaults the configuration does not set", "file", path,
 		"hard_stop_after", cfg.HardStopAfter, "mworker_max_reloads", cfg.MaxReloads)
 	return []string{"-f", path}, nil
+}
+
+// withheldRef finds "${NAME}" or "$NAME" where NAME is kept from HAProxy.
+var withheldRef = regexp.MustCompile(`\$\{?((?:CONSUL|DOCKER|SEAMLESS)_[A-Za-z0-9_]*)`)
+
+// warnWithheldRefs names the lines of the configuration that expect a
+// variable HAProxy is not given (supervisor.HAProxyEnv): HAProxy reads it
+// as empty.
+func warnWithheldRefs(files []string, log *slog.Logger) {
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // a directory, or HAProxy will say
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			for _, m := range withheldRef.FindAllStringSubmatch(line, -1) {
+				log.Warn("the configuration uses a variable HAProxy is not given (CONSUL_*, DOCKER_* and SEAMLESS_* are withheld): it reads as empty; pass the value under another name",
+					"file", f, "line", i+1, "variable", m[1])
+			}
+		}
+	}
 }
 
 // check validates the configuration as serve would load it; in discovery
@@ -185,7 +237,7 @@ func checkFiles(ctx context.Context, cfg *config.Config, bin string, cl *haproxy
 	}
 	rp, stop := startReaper(log)
 	defer stop()
-	v := &haproxy.Validator{Bin: bin, Args: cl.CheckArgs(extra...), Env: os.Environ(), Run: rp.Output}
+	v := &haproxy.Validator{Bin: bin, Args: cl.CheckArgs(extra...), Env: supervisor.HAProxyEnv(os.Environ()), Run: rp.Output}
 	err = v.Check(ctx)
 	var ce *haproxy.ConfigError
 	switch {

@@ -286,6 +286,16 @@ func (a *Applier) first(ctx context.Context, complete bool) error {
 			"path", a.opts.Path, "missing", queryList(rend.Missing))
 		return nil
 	}
+	missing := rend.Missing
+	if err == nil && len(missing) > 0 && rend.Config == nil {
+		// Nothing runs, and the template renders nothing without its
+		// data (the built-in one without a catalog): start from empty
+		// answers, so that HAProxy serves its frontends (503 for every
+		// host) until the sources answer, rather than not at all.
+		a.log.Warn("starting with no data: the sources have not answered and nothing is saved; every route answers 503 until they do",
+			"missing", queryList(missing))
+		rend, err = a.renderer.Render(a.emptyAnswers(missing))
+	}
 	if err == nil {
 		a.logSkipped(rend)
 		err = a.write(ctx, rend.Config)
@@ -302,17 +312,41 @@ func (a *Applier) first(ctx context.Context, complete bool) error {
 	a.runRend, a.recheck = &rend, rend.Recheck
 	a.countDiscovered()
 	a.opts.Metrics.LastApply.SetToCurrentTime()
-	switch {
-	case complete && len(rend.Missing) == 0:
-		a.setReady(nil)
-	case len(rend.Missing) > 0:
-		a.setReady(fmt.Errorf("the template still waits for %s", queryList(rend.Missing)))
-	default:
-		a.markApplied() // names the source that has not answered
-	}
-	a.log.Info("configuration written", "path", a.opts.Path, "complete", complete && len(rend.Missing) == 0,
+	a.setReady(a.startReadiness(missing))
+	a.log.Info("configuration written", "path", a.opts.Path, "complete", complete && len(missing) == 0,
 		"instances", len(a.applied.Instances))
 	return nil
+}
+
+// startReadiness says why the first configuration is not the one to
+// serve yet: a source that has not answered, else data the template still
+// waits for; nil when complete.
+func (a *Applier) startReadiness(missing []model.Query) error {
+	for _, s := range a.opts.Sources {
+		if !a.fresh[s.Name()] {
+			return fmt.Errorf("source %s has not answered yet", s.Name())
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("the template still waits for %s", queryList(missing))
+	}
+	return nil
+}
+
+// emptyAnswers is the current state with the queries in missing answered
+// as empty (no instances, no key).
+func (a *Applier) emptyAnswers(missing []model.Query) model.State {
+	snaps := maps.Clone(a.latest)
+	empty := model.Snapshot{Source: "\x00empty", Results: map[model.Query]model.Result{}}
+	for _, q := range missing {
+		empty.Results[q] = model.Result{}
+	}
+	snaps[empty.Source] = empty
+	order := make([]string, 0, len(a.opts.Sources)+1)
+	for _, s := range a.opts.Sources {
+		order = append(order, s.Name())
+	}
+	return model.Merge(snaps, append(order, empty.Source))
 }
 
 // Run applies changes until ctx ends.

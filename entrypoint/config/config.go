@@ -11,7 +11,9 @@ import (
 	"net"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -30,27 +32,27 @@ type Config struct {
 	StatusAddr    string        `envconfig:"STATUS_ADDR" default:":8405" desc:"Listen address of the HTTP status endpoint (/healthz, /metrics). Empty disables it."`
 	LogFormat     string        `envconfig:"LOG_FORMAT" default:"text" desc:"Log format: text or json. In json, HAProxy's own output lines become records too (component=haproxy)."`
 	LogLevel      string        `envconfig:"LOG_LEVEL" default:"info" desc:"Log level: debug, info, warn or error."`
-	StopGrace     time.Duration `envconfig:"STOP_GRACE" default:"8s" desc:"On SIGTERM/SIGINT, how long in-flight requests may finish after HAProxy stops accepting before it is stopped hard. Keep it below the container runtime's stop timeout (Docker: 10s)."`
-	ReloadTimeout time.Duration `envconfig:"RELOAD_TIMEOUT" default:"60s" desc:"How long a reload (validation, re-execution, new worker) may take before it is reported as not confirmed and counted as a failure. A reload HAProxy did not take yet (busy with an earlier one) is tried again instead."`
-	HardStopAfter time.Duration `envconfig:"HARD_STOP_AFTER" default:"5m" desc:"Default for HAProxy's hard-stop-after when the configuration has none: old workers still serving long connections are stopped this long after a reload. 0 adds nothing."`
-	MaxReloads    int           `envconfig:"MAX_RELOADS" default:"50" desc:"Default for HAProxy's mworker-max-reloads when the configuration has none: a worker that survived this many reloads is stopped. 0 adds nothing."`
+	StopGrace     time.Duration `envconfig:"STOP_GRACE" min:"100ms" max:"1h" default:"8s" desc:"On SIGTERM/SIGINT, how long in-flight requests may finish after HAProxy stops accepting before it is stopped hard. Keep it below the container runtime's stop timeout (Docker: 10s)."`
+	ReloadTimeout time.Duration `envconfig:"RELOAD_TIMEOUT" min:"1s" max:"1h" default:"60s" desc:"How long a reload (validation, re-execution, new worker) may take before it is reported as not confirmed and counted as a failure. A reload HAProxy did not take yet (busy with an earlier one) is tried again instead."`
+	HardStopAfter time.Duration `envconfig:"HARD_STOP_AFTER" min:"1s" max:"596h" off:"0" default:"5m" desc:"Default for HAProxy's hard-stop-after when the configuration has none: old workers still serving long connections are stopped this long after a reload. 0 adds nothing. At most 596h: HAProxy's timers end at 2147483647 ms."`
+	MaxReloads    int           `envconfig:"MAX_RELOADS" min:"0" max:"10000" default:"50" desc:"Default for HAProxy's mworker-max-reloads when the configuration has none: a worker that survived this many reloads is stopped. 0 adds nothing."`
 
 	Sources          string        `envconfig:"SOURCES" desc:"Discovery sources, comma-separated, in order of precedence: consul, docker, file. Empty (and no SEAMLESS_TEMPLATE): no discovery, HAProxy runs the configuration file as given."`
 	Template         string        `envconfig:"TEMPLATE" desc:"Go text/template file, consul-template compatible, rendered into HAProxy's configuration. Empty: the built-in template driven by seamless.* tags. Re-read on SIGHUP."`
 	StateDir         string        `envconfig:"STATE_DIR" default:"/var/lib/seamless" desc:"Where discovery keeps the rendered configuration HAProxy runs (haproxy.cfg) and each source's last snapshot, so that a restart while a source is down starts from its last known data. Mount a volume to keep it across containers."`
-	Wait             Wait          `envconfig:"WAIT" default:"200ms:2s" desc:"min:max quiescence before applying a discovery change (consul-template's wait): apply once nothing changed for min, but never later than max after the first change. A single value means min:4×min; 0 applies every change at once."`
-	DiscoveryTimeout time.Duration `envconfig:"DISCOVERY_TIMEOUT" default:"10s" desc:"At start, how long to wait for every source's first answer before starting HAProxy with what is known (a source's saved snapshot, else nothing of it). Discovery goes on in the background."`
+	Wait             Wait          `envconfig:"WAIT" min:"0" max:"10m" default:"200ms:2s" desc:"min:max quiescence before applying a discovery change (consul-template's wait): apply once nothing changed for min, but never later than max after the first change. A single value means min:4×min; 0 applies every change at once."`
+	DiscoveryTimeout time.Duration `envconfig:"DISCOVERY_TIMEOUT" min:"100ms" max:"10m" default:"10s" desc:"At start, how long to wait for every source's first answer before starting HAProxy with what is known (a source's saved snapshot, else nothing of it). Discovery goes on in the background."`
 	HTTPBind         string        `envconfig:"HTTP_BIND" default:":80" desc:"Built-in template: the HTTP frontend's bind address (host:port or :port), routing by seamless.http.host and seamless.http.path tags."`
 	StatsBind        string        `envconfig:"STATS_BIND" default:":8404" desc:"Built-in template: HAProxy's stats page (/haproxy?stats) and Prometheus exporter (/metrics). Empty disables it."`
 	ServicesDir      string        `envconfig:"SERVICES_DIR" default:"/etc/seamless/services" desc:"Source 'file': directory of service files, one YAML or JSON file per service, watched for changes."`
-	ServicesRescan   time.Duration `envconfig:"SERVICES_RESCAN" default:"30s" desc:"Source 'file': period of a full re-read of SEAMLESS_SERVICES_DIR, in case a change notification was missed."`
+	ServicesRescan   time.Duration `envconfig:"SERVICES_RESCAN" min:"1s" max:"24h" default:"30s" desc:"Source 'file': period of a full re-read of SEAMLESS_SERVICES_DIR, in case a change notification was missed."`
 	ConsulHealth     string        `envconfig:"CONSUL_HEALTH" default:"passing" desc:"Instances that receive traffic, by health: passing, passing,warning, or any. Also the default filter of the template function 'service'."`
 	ConsulTag        string        `envconfig:"CONSUL_TAG" desc:"Source 'consul': only instances carrying this tag are discovered. Empty: all. Consul's own variables (CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE, CONSUL_CACERT, ...) configure the connection."`
 	ConsulDatacenter string        `envconfig:"CONSUL_DATACENTER" desc:"Source 'consul': the datacenter to read. Empty: the agent's own."`
-	ServerSlots      int           `envconfig:"SERVER_SLOTS" default:"8" desc:"Built-in template: least number of server slots per backend. Instances joining, leaving, changing address, weight or health are applied over HAProxy's runtime API without a reload while they fit; a backend that outgrows its slots gets twice as many with one reload. 0: every change reloads."`
-	DrainTimeout     time.Duration `envconfig:"DRAIN_TIMEOUT" default:"10s" desc:"Built-in template: how long a removed instance keeps its in-flight requests (HAProxy drain state) before its slot is freed."`
+	ServerSlots      int           `envconfig:"SERVER_SLOTS" min:"0" max:"4096" default:"8" desc:"Built-in template: least number of server slots per backend. Instances joining, leaving, changing address, weight or health are applied over HAProxy's runtime API without a reload while they fit; a backend that outgrows its slots gets twice as many with one reload. 0: every change reloads."`
+	DrainTimeout     time.Duration `envconfig:"DRAIN_TIMEOUT" min:"0" max:"1h" default:"10s" desc:"Built-in template: how long a removed instance keeps its in-flight requests (HAProxy drain state) before its slot is freed."`
 	DockerNetwork    string        `envconfig:"DOCKER_NETWORK" desc:"Source 'docker': the network whose container address is used. Empty: a container's only network (one on several networks is left out, with a log line). DOCKER_HOST and the other Docker client variables configure the connection; only read calls are made."`
-	DockerRescan     time.Duration `envconfig:"DOCKER_RESCAN" default:"30s" desc:"Source 'docker': period of a full re-list of the containers, in case an event was missed."`
+	DockerRescan     time.Duration `envconfig:"DOCKER_RESCAN" min:"1s" max:"24h" default:"30s" desc:"Source 'docker': period of a full re-list of the containers, in case an event was missed."`
 	ConsulStale      bool          `envconfig:"CONSUL_STALE" default:"false" desc:"Source 'consul': allow stale reads from any Consul server instead of the leader; spreads the load of many load-balancer replicas."`
 }
 
@@ -113,7 +115,13 @@ func Load() (*Config, error) {
 	if err := envconfig.Process(Prefix, &c); err != nil {
 		var pe *envconfig.ParseError
 		if errors.As(err, &pe) {
-			return nil, fmt.Errorf("%s=%q: not a valid %s: %v", pe.KeyName, pe.Value, pe.TypeName, pe.Err)
+			err = fmt.Errorf("%s=%q: not a valid %s: %v", pe.KeyName, pe.Value, pe.TypeName, pe.Err)
+			for _, v := range Vars() {
+				if v.Name == pe.KeyName && v.Max != "" {
+					err = fmt.Errorf("%w (range %s)", err, v.Range())
+				}
+			}
+			return nil, err
 		}
 		return nil, err
 	}
@@ -141,17 +149,10 @@ func (c *Config) validate() error {
 	default:
 		bad("LOG_LEVEL", "%q is not one of debug, info, warn, error", c.LogLevel)
 	}
-	if c.StopGrace <= 0 {
-		bad("STOP_GRACE", "%s must be positive", c.StopGrace)
-	}
-	if c.ReloadTimeout <= 0 {
-		bad("RELOAD_TIMEOUT", "%s must be positive", c.ReloadTimeout)
-	}
-	if c.HardStopAfter < 0 {
-		bad("HARD_STOP_AFTER", "%s must not be negative", c.HardStopAfter)
-	}
-	if c.MaxReloads < 0 {
-		bad("MAX_RELOADS", "%d must not be negative", c.MaxReloads)
+	errs = append(errs, c.checkRanges()...)
+	// Set but listing nothing is a mistake, not "discovery without sources".
+	if c.Sources != "" && slices.ContainsFunc(strings.Split(c.Sources, ","), func(s string) bool { return strings.TrimSpace(s) == "" }) {
+		bad("SOURCES", "%q has an empty entry; list sources by name, e.g. consul,file", c.Sources)
 	}
 	seen := map[string]bool{}
 	for _, src := range c.SourceList() {
@@ -163,23 +164,8 @@ func (c *Config) validate() error {
 		}
 		seen[src] = true
 	}
-	if c.ServerSlots < 0 || c.ServerSlots > 4096 {
-		bad("SERVER_SLOTS", "%d is outside 0–4096", c.ServerSlots)
-	}
-	if c.DrainTimeout < 0 {
-		bad("DRAIN_TIMEOUT", "%s must not be negative", c.DrainTimeout)
-	}
 	if !filepath.IsAbs(c.StateDir) {
 		bad("STATE_DIR", "%q is not an absolute path", c.StateDir)
-	}
-	if c.DiscoveryTimeout <= 0 {
-		bad("DISCOVERY_TIMEOUT", "%s must be positive", c.DiscoveryTimeout)
-	}
-	if seen[SourceDocker] && c.DockerRescan <= 0 {
-		bad("DOCKER_RESCAN", "%s must be positive", c.DockerRescan)
-	}
-	if seen[SourceFile] && c.ServicesRescan <= 0 {
-		bad("SERVICES_RESCAN", "%s must be positive", c.ServicesRescan)
 	}
 	for _, st := range strings.Split(c.ConsulHealth, ",") {
 		switch strings.TrimSpace(st) {
@@ -191,9 +177,74 @@ func (c *Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// Var describes one variable.
+// Var describes one variable. Numbers and durations have a range: Min to
+// Max, or exactly Off (which turns the feature off).
 type Var struct {
 	Name, Type, Default, Desc string
+	Min, Max, Off             string
+}
+
+// Range is the documented range, "1s–1h" or "1s–596h, or 0"; "" without.
+func (v Var) Range() string {
+	if v.Max == "" {
+		return ""
+	}
+	r := v.Min + "–" + v.Max
+	if v.Off != "" {
+		r += ", or " + v.Off
+	}
+	return r
+}
+
+// checkRanges checks every field that has a range (min and max tags; off,
+// a value allowed besides). A field of a numeric type without one is a
+// bug, reported as an error so that no variable goes unbounded.
+func (c *Config) checkRanges() []error {
+	var errs []error
+	t, val := reflect.TypeOf(*c), reflect.ValueOf(*c)
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name := Prefix + "_" + f.Tag.Get("envconfig")
+		lo, hi, off := f.Tag.Get("min"), f.Tag.Get("max"), f.Tag.Get("off")
+		var values []int64
+		switch x := val.Field(i).Interface().(type) {
+		case time.Duration:
+			values = []int64{int64(x)}
+		case Wait:
+			values = []int64{int64(x.Min), int64(x.Max)}
+		case int:
+			values = []int64{int64(x)}
+		default:
+			continue
+		}
+		parse := func(s string) (int64, error) {
+			if f.Type.Kind() == reflect.Int {
+				n, err := strconv.Atoi(s)
+				return int64(n), err
+			}
+			d, err := time.ParseDuration(s)
+			return int64(d), err
+		}
+		minV, err1 := parse(lo)
+		maxV, err2 := parse(hi)
+		if err1 != nil || err2 != nil {
+			errs = append(errs, fmt.Errorf("%s: internal error: no valid range (min %q, max %q)", name, lo, hi))
+			continue
+		}
+		v := Var{Min: lo, Max: hi, Off: off}
+		for _, x := range values {
+			if off != "" {
+				if o, err := parse(off); err == nil && x == o {
+					continue
+				}
+			}
+			if x < minV || x > maxV {
+				errs = append(errs, fmt.Errorf("%s=%v is outside %s", name, val.Field(i).Interface(), v.Range()))
+				break
+			}
+		}
+	}
+	return errs
 }
 
 // Vars lists every variable, in declaration order.
@@ -202,12 +253,19 @@ func Vars() []Var {
 	vars := make([]Var, 0, t.NumField())
 	for i := range t.NumField() {
 		f := t.Field(i)
-		vars = append(vars, Var{
+		v := Var{
 			Name:    Prefix + "_" + f.Tag.Get("envconfig"),
 			Type:    typeName(f.Type),
 			Default: f.Tag.Get("default"),
 			Desc:    f.Tag.Get("desc"),
-		})
+			Min:     f.Tag.Get("min"),
+			Max:     f.Tag.Get("max"),
+			Off:     f.Tag.Get("off"),
+		}
+		if r := v.Range(); r != "" {
+			v.Desc += " Range: " + r + "."
+		}
+		vars = append(vars, v)
 	}
 	return vars
 }

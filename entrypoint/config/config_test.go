@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,97 @@ func TestParseWait(t *testing.T) {
 		err := got.Decode(tc.in)
 		if (err != nil) != tc.wantErr || (!tc.wantErr && got != tc.want) {
 			t.Errorf("Decode(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+// The values the field test fed in: each was accepted and each broke
+// something (a busy core, every reload failing, HAProxy refusing the
+// generated defaults, "discovery with no sources").
+func TestOutOfRangeValuesFromTheFieldAreRefused(t *testing.T) {
+	for _, tt := range []struct{ key, value string }{
+		{"SEAMLESS_SERVICES_RESCAN", "1ms"},
+		{"SEAMLESS_RELOAD_TIMEOUT", "1ns"},
+		{"SEAMLESS_STOP_GRACE", "1ns"},
+		{"SEAMLESS_HARD_STOP_AFTER", "99999h"},
+		{"SEAMLESS_SOURCES", ","},
+		{"SEAMLESS_SOURCES", "consul,,file"},
+	} {
+		t.Run(tt.key+"="+tt.value, func(t *testing.T) {
+			t.Setenv(tt.key, tt.value)
+			_, err := Load()
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), tt.key) {
+				t.Errorf("error %q does not name %s", err, tt.key)
+			}
+		})
+	}
+}
+
+// Every number and duration has a documented range, read from its tags:
+// both ends are accepted, one step beyond either is refused with an error
+// that names the variable and the range. A new variable without a range
+// fails here.
+func TestEveryNumberHasARange(t *testing.T) {
+	for _, v := range Vars() {
+		if v.Type != "duration" && v.Type != "int" && v.Type != "min:max" {
+			continue
+		}
+		if v.Min == "" || v.Max == "" {
+			t.Errorf("%s (%s) has no range: give it min and max tags", v.Name, v.Type)
+			continue
+		}
+		if !strings.Contains(v.Desc, "Range: "+v.Range()+".") {
+			t.Errorf("%s: the description does not show the range: %q", v.Name, v.Desc)
+		}
+		beyond := func(s string, step int64) string {
+			if v.Type == "int" {
+				n, err := strconv.Atoi(s)
+				if err != nil {
+					t.Fatalf("%s: bad bound %q", v.Name, s)
+				}
+				return strconv.FormatInt(int64(n)+step, 10)
+			}
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				t.Fatalf("%s: bad bound %q", v.Name, s)
+			}
+			return (d + time.Duration(step)).String()
+		}
+		value := func(s string) string {
+			if v.Type == "min:max" {
+				return s + ":" + s
+			}
+			return s
+		}
+		cases := []struct {
+			value string
+			ok    bool
+		}{
+			{value(v.Min), true}, {value(v.Max), true},
+			{value(beyond(v.Min, -1)), false}, {value(beyond(v.Max, 1)), false},
+		}
+		if v.Off != "" {
+			cases = append(cases, struct {
+				value string
+				ok    bool
+			}{value(v.Off), true})
+		}
+		for _, tc := range cases {
+			t.Run(v.Name+"="+tc.value, func(t *testing.T) {
+				t.Setenv(v.Name, tc.value)
+				_, err := Load()
+				switch {
+				case tc.ok && err != nil:
+					t.Errorf("refused: %v", err)
+				case !tc.ok && err == nil:
+					t.Errorf("accepted, outside %s", v.Range())
+				case !tc.ok && (!strings.Contains(err.Error(), v.Name) || !strings.Contains(err.Error(), v.Range())):
+					t.Errorf("error %q does not name %s and its range %s", err, v.Name, v.Range())
+				}
+			})
 		}
 	}
 }

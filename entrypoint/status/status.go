@@ -48,10 +48,21 @@ func Listen(addr string, reg *prometheus.Registry, healthy, ready func() error, 
 	if err != nil {
 		return nil, fmt.Errorf("status listener: %w", err)
 	}
+	log = log.With("component", "status")
+	cl := &capListener{Listener: ln, max: maxConns(), log: log}
 	return &Server{
-		srv: &http.Server{Handler: handler(reg, healthy, ready, opts...), ReadHeaderTimeout: 5 * time.Second},
-		ln:  ln,
-		log: log.With("component", "status"),
+		srv: &http.Server{
+			Handler: handler(reg, healthy, ready, opts...),
+			// Bounded, so that no client holds a connection (a
+			// descriptor) for long: probes and scrapes are small.
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       10 * time.Second,
+			WriteTimeout:      30 * time.Second, // /status and /metrics on a loaded machine
+			IdleTimeout:       30 * time.Second,
+			ConnState:         cl.connState,
+		},
+		ln:  cl,
+		log: log,
 	}, nil
 }
 

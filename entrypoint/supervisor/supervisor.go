@@ -55,7 +55,7 @@ func Notify() chan os.Signal {
 type Options struct {
 	Bin       string   // haproxy executable
 	Args      []string // the master's arguments (CommandLine.RunArgs)
-	Env       []string
+	Env       []string // filtered through HAProxyEnv
 	StopGrace time.Duration
 	Output    io.Writer      // where HAProxy's stdout and stderr are copied
 	Signals   chan os.Signal // from Notify; nil: Run calls Notify itself
@@ -264,7 +264,7 @@ func (s *Supervisor) start() (*reaper.Child, <-chan struct{}, error) {
 	// and keep its ports; Go threads do not exit under a running program,
 	// so the parent-death signal fires only when the process dies.
 	c, err := s.reaper.Start(path, append([]string{s.opts.Bin}, s.opts.Args...), &syscall.ProcAttr{
-		Env:   s.opts.Env,
+		Env:   HAProxyEnv(s.opts.Env),
 		Files: []uintptr{os.Stdin.Fd(), pw.Fd(), pw.Fd()},
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM},
 	})
