@@ -90,7 +90,7 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 			"component", "haproxy", "line", line)
 	}
 	cli := haproxy.NewMasterCLI(cl.MasterSocket)
-	validator := &haproxy.Validator{Bin: bin, Args: cl.CheckArgs(extra...), Env: env, Run: rp.Output}
+	validator := &haproxy.Validator{Bin: bin, Args: cl.CheckArgs(extra...), Env: env, Run: rp.Output, Files: cl.ConfigFiles}
 	validator, err = haproxy.WithSpeedup(ctx, validator, cl, extra, filepath.Join(cfg.RunDir, "check-speedup.cfg"))
 	if err != nil {
 		log.Warn("validating at full cost", "err", err)
@@ -185,7 +185,7 @@ func checkFiles(ctx context.Context, cfg *config.Config, bin string, cl *haproxy
 	}
 	rp, stop := startReaper(log)
 	defer stop()
-	v := &haproxy.Validator{Bin: bin, Args: cl.CheckArgs(extra...), Env: os.Environ(), Run: rp.Output}
+	v := &haproxy.Validator{Bin: bin, Args: cl.CheckArgs(extra...), Env: os.Environ(), Run: rp.Output, Files: cl.ConfigFiles}
 	err = v.Check(ctx)
 	var ce *haproxy.ConfigError
 	switch {

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/seamless-lb/seamless/internal/testenv"
+)
+
+// runBinaryWithin runs seamless like runBinary, killed after limit: a
+// command that blocks must fail the test, not hang it.
+func runBinaryWithin(t *testing.T, limit time.Duration, env []string, args ...string) (code int, stdout, stderr string, took time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, seamlessBin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	start := time.Now()
+	err := cmd.Run()
+	took = time.Since(start)
+	if ctx.Err() != nil {
+		t.Fatalf("seamless %v still running after %s", args, limit)
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), o.String(), e.String(), took
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0, o.String(), e.String(), took
+}
+
+// appendSection adds a section at the end of the site's file.
+func appendSection(t *testing.T, s *site, section string) {
+	t.Helper()
+	b, err := os.ReadFile(s.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeAtomic(t, s.path, string(b)+section)
+}
+
+const programSection = "program hello\n    command /bin/sleep 3600\n"
+
+// Issue 10 item 10: a program section needs master-worker mode, which the
+// master has; validation must load the file as the master does (-W).
+func TestProgramSectionChecksAndReloads(t *testing.T) {
+	testenv.HAProxy(t)
+	s := newSite(t, startBackend(t))
+	s.write(t, 1)
+	appendSection(t, s, programSection)
+	code, out, errOut, _ := runBinaryWithin(t, 20*time.Second, nil, "check", "-f", s.path)
+	if code != 0 {
+		t.Errorf("check of a config with a program section: exit %d, %q %q", code, out, errOut)
+	}
+
+	in := startSeamless(t, s, startOpts{})
+	in.waitReady(s)
+	s.write(t, 2)
+	appendSection(t, s, programSection)
+	in.signal(syscall.SIGHUP)
+	testenv.Eventually(t, 30*time.Second, "the reload with a program section confirmed", func() bool {
+		return in.metric(successes) == 1 || in.metric(failures) > 0
+	})
+	if f := in.metric(failures); f != 0 {
+		t.Fatalf("%v reloads failed", f)
+	}
+	testenv.Eventually(t, 10*time.Second, "v2 serves", func() bool { return served(s) == "v2" })
+}
+
+// refusedWithin bounds how long a refusal of a file that is not a regular
+// file may take: far below any reload timeout, with room for a busy
+// machine.
+const refusedWithin = 2 * time.Second
+
+// Issue 10 item 11: a FIFO where the configuration should be would block
+// haproxy -c (and seamless's own scans) until a writer appears. It is
+// refused at once, naming the path; the next HUP is not held up.
+func TestAFIFOAsConfigIsRefusedAtOnce(t *testing.T) {
+	testenv.HAProxy(t)
+	_, s, in := serving(t, 1, startOpts{env: []string{"SEAMLESS_RELOAD_TIMEOUT=20s"}})
+	good, err := os.ReadFile(s.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(s.path); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(s.path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	code, _, errOut, took := runBinaryWithin(t, 20*time.Second, nil, "check", "-f", s.path)
+	if code != exitInvalid || !strings.Contains(errOut, s.path) || !strings.Contains(errOut, "not a regular file") {
+		t.Errorf("check of a FIFO: exit %d, stderr %q; want %d naming %s", code, errOut, exitInvalid, s.path)
+	}
+	if took > refusedWithin {
+		t.Errorf("check of a FIFO took %s", took)
+	}
+
+	sent := time.Now()
+	in.signal(syscall.SIGHUP)
+	testenv.Eventually(t, 30*time.Second, "the FIFO refused", func() bool {
+		return in.metric("seamless_config_errors_total") == 1
+	})
+	if took := time.Since(sent); took > refusedWithin {
+		t.Errorf("the refusal took %s", took)
+	}
+	if out := in.out.String(); !strings.Contains(out, s.path) || !strings.Contains(out, "not a regular file") {
+		t.Error("the log does not say that the path is not a regular file")
+	}
+
+	if err := os.Remove(s.path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.path, bytes.Replace(good, []byte(`"v1"`), []byte(`"v2"`), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sent = time.Now()
+	in.signal(syscall.SIGHUP)
+	testenv.Eventually(t, 30*time.Second, "the next HUP applies v2", func() bool { return served(s) == "v2" })
+	t.Logf("the HUP after the refusal applied in %s", time.Since(sent))
+}
+
+// A directory with no *.cfg file (what a bind mount of a missing file
+// creates) loads nothing; HAProxy only prints its usage. Say why.
+func TestAnEmptyConfigDirectoryIsExplained(t *testing.T) {
+	testenv.HAProxy(t)
+	dir := t.TempDir()
+	code, _, errOut, _ := runBinaryWithin(t, 20*time.Second, nil, "check", "-f", dir)
+	if code != exitInvalid || !strings.Contains(errOut, dir) || !strings.Contains(errOut, "no *.cfg") {
+		t.Errorf("check of an empty directory: exit %d, stderr %q", code, errOut)
+	}
+}
