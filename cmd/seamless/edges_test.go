@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -141,4 +143,55 @@ func TestAnEmptyConfigDirectoryIsExplained(t *testing.T) {
 	if code != exitInvalid || !strings.Contains(errOut, dir) || !strings.Contains(errOut, "no *.cfg") {
 		t.Errorf("check of an empty directory: exit %d, stderr %q", code, errOut)
 	}
+}
+
+// Issue 10 item 9: a reload whose new bind fails makes HAProxy pause the
+// running listeners while the new worker tries, and new connections fail
+// meanwhile. seamless binds each address the candidate adds first, and
+// never sends a reload that would fail so.
+func TestABindThatWouldFailIsRefusedBeforeTheReload(t *testing.T) {
+	testenv.HAProxy(t)
+	_, s, in := serving(t, 1, startOpts{})
+	before := in.showProc()
+	nc, ka := startLoad(t, s)
+
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	s.extraFE = "    bind " + held.Addr().String() + "\n"
+	s.write(t, 2)
+	in.signal(syscall.SIGHUP)
+	testenv.Eventually(t, 30*time.Second, "the candidate refused or reloaded", func() bool {
+		return in.metric("seamless_config_errors_total") == 1 || in.metric(successes)+in.metric(failures) > 0 &&
+			in.metric("seamless_config_errors_total") == 0
+	})
+	if in.metric("seamless_config_errors_total") != 1 {
+		t.Fatal("the taken address was not refused as a configuration error")
+	}
+	out := in.out.String()
+	if !strings.Contains(out, held.Addr().String()) || !strings.Contains(out, "haproxy.cfg:11") {
+		t.Error("the refusal does not name the address and the file:line of its bind")
+	}
+	after := in.showProc()
+	if after.Master.Reloads != before.Master.Reloads || !maps.Equal(after.WorkerPids(), before.WorkerPids()) {
+		t.Errorf("HAProxy was reloaded: show proc before %+v, after %+v", before, after)
+	}
+	if in.metric(successes) != 0 {
+		t.Error("a reload was confirmed")
+	}
+	// Let the load run on past the refusal.
+	n := nc.Snapshot().Requests
+	testenv.Eventually(t, 10*time.Second, "load goes on", func() bool { return nc.Snapshot().Requests > n+200 })
+	if v := served(s); v != "v1" {
+		t.Errorf("serving %q, want v1", v)
+	}
+
+	s.extraFE = ""
+	s.write(t, 3)
+	in.signal(syscall.SIGHUP)
+	testenv.Eventually(t, 30*time.Second, "the next good file applies", func() bool { return served(s) == "v3" })
+	requireNoFailures(t, "new connection per request", nc.Stop())
+	requireNoFailures(t, "keep-alive without retries", ka.Stop())
 }

@@ -95,6 +95,9 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 	if err != nil {
 		log.Warn("validating at full cost", "err", err)
 	}
+	// Before any reload, the addresses a new configuration adds are
+	// bound once, so that a reload that would fail to bind is never sent.
+	validator.GuardBinds()
 	checker = validator
 	rl = reload.New(cli, validator, tap, m, log, cfg.ReloadTimeout)
 	opts := supervisor.Options{Bin: bin, Args: cl.RunArgs(extra...), Env: env, StopGrace: cfg.StopGrace, Signals: sigs}

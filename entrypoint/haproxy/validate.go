@@ -61,6 +61,32 @@ type Validator struct {
 	// paths that load no file at all are refused, naming them, since
 	// HAProxy would run seamless's own files alone.
 	Files []string
+	// Binds, when set, probes the addresses a valid configuration adds
+	// (see GuardBinds).
+	Binds *BindGuard
+}
+
+// GuardBinds makes Check also refuse a configuration whose new listening
+// addresses cannot be bound; the files v checks now are taken as what
+// HAProxy runs. Call it before HAProxy starts.
+func (v *Validator) GuardBinds() {
+	v.Binds = NewBindGuard(v.configFiles(), CleanEnv(v.Env))
+}
+
+// Loaded tells v that HAProxy took the configuration it last passed;
+// certain is false when the reload was sent but not confirmed.
+func (v *Validator) Loaded(certain bool) {
+	if v.Binds != nil {
+		v.Binds.Loaded(certain)
+	}
+}
+
+func (v *Validator) configFiles() []string {
+	cl, err := ParseCommandLine(v.Args, "")
+	if err != nil {
+		return nil
+	}
+	return cl.ConfigFiles
 }
 
 // Check returns nil for a valid configuration (warnings allowed), a
@@ -71,12 +97,9 @@ type Validator struct {
 // would hold validation (and every reload queued behind it) until the
 // reload timeout.
 func (v *Validator) Check(ctx context.Context) error {
-	if cl, err := ParseCommandLine(v.Args, ""); err == nil {
-		_, err = ExpandConfigFiles(cl.ConfigFiles)
-		var nr *NotRegularError
-		if errors.As(err, &nr) {
-			return refusal(nr.Error())
-		}
+	var nr *NotRegularError
+	if _, err := ExpandConfigFiles(v.configFiles()); errors.As(err, &nr) {
+		return refusal(nr.Error())
 	}
 	files, err := ExpandConfigFiles(v.Files)
 	if err == nil && len(v.Files) > 0 && len(files.Files) == 0 {
@@ -91,6 +114,11 @@ func (v *Validator) Check(ctx context.Context) error {
 		return fmt.Errorf("haproxy -c: %w", err)
 	}
 	if st.ExitCode() == 0 {
+		if v.Binds != nil {
+			if err := v.Binds.Check(ctx, v.configFiles()); err != nil {
+				return refusal(err.Error())
+			}
+		}
 		return nil
 	}
 	return &ConfigError{Alerts: Alerts(string(out)), Output: string(out), Code: st.ExitCode()}
