@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -194,4 +196,55 @@ func TestABindThatWouldFailIsRefusedBeforeTheReload(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "the next good file applies", func() bool { return served(s) == "v3" })
 	requireNoFailures(t, "new connection per request", nc.Stop())
 	requireNoFailures(t, "keep-alive without retries", ka.Stop())
+}
+
+// The same in discovery mode: a template that adds a taken address is
+// refused before any reload; the last good rendering keeps serving.
+func TestDiscoveryNeverReloadsIntoATakenAddress(t *testing.T) {
+	testenv.HAProxy(t)
+	addr := testenv.Addr(testenv.FreePort(t))
+	tmpl := filepath.Join(t.TempDir(), "haproxy.cfg.tmpl")
+	const base = `defaults
+    mode http
+    option idle-close-on-response
+    timeout connect 2s
+    timeout client 30s
+    timeout server 30s
+frontend www
+    bind %s
+%s    http-request return status 200 content-type text/plain string "%s"
+`
+	writeAtomic(t, tmpl, fmt.Sprintf(base, addr, "", "v1"))
+	in := startSeamless(t, nil, startOpts{args: []string{"haproxy"}, env: []string{"SEAMLESS_TEMPLATE=" + tmpl,
+		"SEAMLESS_STATE_DIR=" + filepath.Join(t.TempDir(), "state"), "SEAMLESS_DISCOVERY_TIMEOUT=1s"}})
+	get := func() string { _, body := testenv.Get("http://" + addr + "/"); return body }
+	testenv.Eventually(t, 20*time.Second, "v1 serves", func() bool { return get() == "v1" })
+	before := in.showProc()
+
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	writeAtomic(t, tmpl, fmt.Sprintf(base, addr, "    bind "+held.Addr().String()+"\n", "v2"))
+	in.signal(syscall.SIGHUP)
+	testenv.Eventually(t, 30*time.Second, "the rendering refused or reloaded", func() bool {
+		return in.metric("seamless_config_errors_total") > 0 || in.metric(successes)+in.metric(failures) > 0
+	})
+	if in.metric("seamless_config_errors_total") != 1 || in.metric(`seamless_config_applies_total{result="refused"}`) != 1 {
+		t.Fatal("the taken address was not refused as a configuration error")
+	}
+	if !strings.Contains(in.out.String(), held.Addr().String()) {
+		t.Error("the refusal does not name the address")
+	}
+	if after := in.showProc(); after.Master.Reloads != before.Master.Reloads || !maps.Equal(after.WorkerPids(), before.WorkerPids()) {
+		t.Errorf("HAProxy was reloaded: show proc before %+v, after %+v", before, after)
+	}
+	if v := get(); v != "v1" {
+		t.Errorf("serving %q, want v1", v)
+	}
+
+	writeAtomic(t, tmpl, fmt.Sprintf(base, addr, "", "v3"))
+	in.signal(syscall.SIGHUP)
+	testenv.Eventually(t, 30*time.Second, "the next good rendering applies", func() bool { return get() == "v3" })
 }
