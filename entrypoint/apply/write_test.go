@@ -1,6 +1,7 @@
 package apply
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -98,5 +99,31 @@ func TestAWriteErrorIsRetriedUntilTheChangeApplies(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(r.m.Applies.WithLabelValues(metrics.Refused)); n != 0 {
 		t.Errorf("a full disk counted as %v refused applies", n)
+	}
+}
+
+// The retry delay doubles from 1 s to at most 30 s, and a write that
+// succeeds resets it.
+func TestWriteRetriesBackOff(t *testing.T) {
+	r := newRig(t, t.TempDir(), lines{})
+	var got []time.Duration
+	for range 7 {
+		r.a.retryWrite("test", "", time.Now(), &WriteError{Path: "x", Err: syscall.ENOSPC})
+		got = append(got, r.a.backoff)
+	}
+	want := []time.Duration{1, 2, 4, 8, 16, 30, 30}
+	for i := range want {
+		if got[i] != want[i]*time.Second {
+			t.Fatalf("delays %v, want %v seconds", got, want)
+		}
+	}
+	if n := testutil.ToFloat64(r.m.ConfigWriteErrors); n != 7 {
+		t.Errorf("%v write errors counted, want 7", n)
+	}
+	if err := r.a.write(context.Background(), []byte("server a 10.0.0.1\n")); err != nil {
+		t.Fatal(err)
+	}
+	if r.a.backoff != 0 {
+		t.Errorf("delay %s after a successful write, want reset", r.a.backoff)
 	}
 }

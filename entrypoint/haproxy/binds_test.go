@@ -7,7 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseBinds(t *testing.T) {
@@ -165,5 +168,29 @@ func TestBindGuard(t *testing.T) {
 	g.mu.Unlock()
 	if stillFree {
 		t.Error("after a confirmed reload the old addresses still count as running")
+	}
+}
+
+// A port that another socket of this user shares with SO_REUSEPORT can be
+// bound by HAProxy too: it is not refused.
+func TestBindGuardAcceptsAPortSharedWithSOREUSEPORT(t *testing.T) {
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+		})
+		return errors.Join(err, serr)
+	}}
+	shared, err := lc.Listen(context.Background(), "tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shared.Close()
+	p := filepath.Join(t.TempDir(), "haproxy.cfg")
+	if err := os.WriteFile(p, []byte("frontend f\n    bind "+shared.Addr().String()+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewBindGuard(nil, nil).Check(context.Background(), []string{p}); err != nil {
+		t.Errorf("a port shared with SO_REUSEPORT refused: %v", err)
 	}
 }
