@@ -248,3 +248,20 @@ frontend www
 	in.signal(syscall.SIGHUP)
 	testenv.Eventually(t, 30*time.Second, "the next good rendering applies", func() bool { return get() == "v3" })
 }
+
+// Started on a FIFO, HAProxy's master would block reading it forever, never
+// healthy: seamless stops at once, naming the path.
+func TestStartOnAFIFOExitsNamingIt(t *testing.T) {
+	testenv.HAProxy(t)
+	pipe := filepath.Join(t.TempDir(), "haproxy.cfg")
+	if err := syscall.Mkfifo(pipe, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in := startSeamless(t, nil, startOpts{args: []string{"haproxy", "-f", pipe}})
+	if code := in.wait(10 * time.Second); code != exitUsage {
+		t.Errorf("exit %d, want %d", code, exitUsage)
+	}
+	if out := in.out.String(); !strings.Contains(out, pipe) || !strings.Contains(out, "not a regular file") {
+		t.Errorf("the log does not name the FIFO:\n%s", out)
+	}
+}

@@ -37,6 +37,12 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 	if len(cl.Dropped) > 0 {
 		log.Warn("ignoring haproxy arguments that would defeat supervision", "args", cl.Dropped)
 	}
+	// HAProxy would block on a FIFO for ever, never healthy.
+	var notRegular *haproxy.NotRegularError
+	if _, err := haproxy.ExpandConfigFiles(cl.ConfigFiles); errors.As(err, &notRegular) && !cfg.Discovery() {
+		log.Error("cannot start HAProxy on this configuration", "err", err)
+		return exitUsage
+	}
 	if cfg.Discovery() {
 		if len(cl.ConfigFiles) > 0 {
 			log.Info("discovery mode: HAProxy runs the rendered configuration instead of the files on its command line",
