@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"syscall"
@@ -134,23 +133,35 @@ func (g *BindGuard) Loaded(certain bool) {
 	g.passed = false
 }
 
-// probe binds b the way HAProxy would, and closes it at once.
-func probe(ctx context.Context, b Bind) error {
-	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-		var serr error
-		err := c.Control(func(fd uintptr) {
-			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
-			if serr == nil {
-				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
-			}
-		})
-		return errors.Join(err, serr)
-	}}
-	l, err := lc.Listen(ctx, b.Network, b.Addr.String())
+// probe binds b the way HAProxy would, and closes it at once. It does not
+// listen: a socket that joined another process's SO_REUSEPORT group
+// could be handed connections, which closing it would reset.
+func probe(_ context.Context, b Bind) error {
+	family, sa := unix.AF_INET, unix.Sockaddr(&unix.SockaddrInet4{Port: int(b.Addr.Port()), Addr: b.Addr.Addr().As4()})
+	if b.Addr.Addr().Is6() {
+		family, sa = unix.AF_INET6, &unix.SockaddrInet6{Port: int(b.Addr.Port()), Addr: b.Addr.Addr().As16()}
+	}
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
-	return l.Close()
+	defer unix.Close(fd)
+	opts := [][2]int{{unix.SOL_SOCKET, unix.SO_REUSEADDR}, {unix.SOL_SOCKET, unix.SO_REUSEPORT}}
+	for _, o := range opts {
+		if err := unix.SetsockoptInt(fd, o[0], o[1], 1); err != nil {
+			return err
+		}
+	}
+	if family == unix.AF_INET6 {
+		v6only := 0
+		if b.Network == "tcp6" {
+			v6only = 1
+		}
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, v6only); err != nil {
+			return err
+		}
+	}
+	return unix.Bind(fd, sa)
 }
 
 func refusing(err error) bool {
