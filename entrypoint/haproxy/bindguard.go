@@ -1,7 +1,6 @@
 package haproxy
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -19,8 +18,8 @@ import (
 // It probes, as seamless's own user, only the addresses the candidate
 // adds: those the running configuration binds are HAProxy's already (the
 // master binds as the user seamless runs as, before dropping privileges).
-// The probe sets SO_REUSEADDR and SO_REUSEPORT as HAProxy does, so that
-// an address HAProxy could share is not refused.
+// The probe binds (without listening) with SO_REUSEADDR and SO_REUSEPORT
+// as HAProxy does, so that an address HAProxy could share is not refused.
 type BindGuard struct {
 	getenv func(string) (string, bool)
 
@@ -89,7 +88,7 @@ func (e *BindError) Error() string {
 // Check probes every address that files bind and the running
 // configuration does not, and returns a *BindError for the first that
 // cannot be bound. Addresses in .if blocks are not probed.
-func (g *BindGuard) Check(ctx context.Context, files []string) error {
+func (g *BindGuard) Check(files []string) error {
 	g.mu.Lock()
 	running, ports := g.running, g.ports
 	g.passed = false
@@ -102,7 +101,7 @@ func (g *BindGuard) Check(ctx context.Context, files []string) error {
 		if b.Conditional || running[key(b)] {
 			continue
 		}
-		err := probe(ctx, b)
+		err := probe(b)
 		// Only the errors HAProxy's bind would meet too; and when the
 		// running HAProxy holds the port on another address, the new
 		// worker may take it over (after pausing the old one), so the
@@ -136,7 +135,7 @@ func (g *BindGuard) Loaded(certain bool) {
 // probe binds b the way HAProxy would, and closes it at once. It does not
 // listen: a socket that joined another process's SO_REUSEPORT group
 // could be handed connections, which closing it would reset.
-func probe(_ context.Context, b Bind) error {
+func probe(b Bind) error {
 	family, sa := unix.AF_INET, unix.Sockaddr(&unix.SockaddrInet4{Port: int(b.Addr.Port()), Addr: b.Addr.Addr().As4()})
 	if b.Addr.Addr().Is6() {
 		family, sa = unix.AF_INET6, &unix.SockaddrInet6{Port: int(b.Addr.Port()), Addr: b.Addr.Addr().As16()}

@@ -123,16 +123,15 @@ func TestBindGuard(t *testing.T) {
 		}
 		return p
 	}
-	ctx := context.Background()
 
 	running := write("running.cfg", "    bind "+freeAddr+"\n")
 	g := NewBindGuard([]string{running}, nil)
-	if err := g.Check(ctx, []string{write("same.cfg", "    bind "+freeAddr+"\n")}); err != nil {
+	if err := g.Check([]string{write("same.cfg", "    bind "+freeAddr+"\n")}); err != nil {
 		t.Errorf("an unchanged configuration refused: %v", err)
 	}
 
 	taken := write("taken.cfg", "    bind "+freeAddr+"\n    bind "+held.Addr().String()+"\n")
-	err = g.Check(ctx, []string{taken})
+	err = g.Check([]string{taken})
 	var be *BindError
 	if !errors.As(err, &be) || be.Bind.String() != held.Addr().String() || be.Bind.Where() != taken+":3" ||
 		!strings.Contains(err.Error(), "address already in use") {
@@ -141,25 +140,25 @@ func TestBindGuard(t *testing.T) {
 
 	// What runs is HAProxy's: the same address is not probed again.
 	g = NewBindGuard([]string{taken}, nil)
-	if err := g.Check(ctx, []string{taken}); err != nil {
+	if err := g.Check([]string{taken}); err != nil {
 		t.Errorf("an address the running configuration binds was probed: %v", err)
 	}
 
 	// An address that no interface has cannot be bound either.
-	if err := g.Check(ctx, []string{write("foreign.cfg", "    bind 192.0.2.1:80\n")}); !errors.As(err, &be) {
+	if err := g.Check([]string{write("foreign.cfg", "    bind 192.0.2.1:80\n")}); !errors.As(err, &be) {
 		t.Errorf("an address of no interface: got %v, want a BindError", err)
 	}
 
 	// Loaded(true) makes the checked candidate what runs; a failed one
 	// changes nothing.
 	g = NewBindGuard([]string{running}, nil)
-	_ = g.Check(ctx, []string{taken})
+	_ = g.Check([]string{taken})
 	g.Loaded(true) // no Check passed since: what runs stays
-	if err := g.Check(ctx, []string{taken}); !errors.As(err, &be) {
+	if err := g.Check([]string{taken}); !errors.As(err, &be) {
 		t.Errorf("after a refused candidate: got %v, want a BindError", err)
 	}
 	moved := write("moved.cfg", "    bind 127.0.0.1:1\n")
-	if err := g.Check(ctx, []string{moved}); err != nil {
+	if err := g.Check([]string{moved}); err != nil {
 		t.Skipf("cannot bind 127.0.0.1:1 here: %v", err)
 	}
 	g.Loaded(true)
@@ -190,7 +189,7 @@ func TestBindGuardAcceptsAPortSharedWithSOREUSEPORT(t *testing.T) {
 	if err := os.WriteFile(p, []byte("frontend f\n    bind "+shared.Addr().String()+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := NewBindGuard(nil, nil).Check(context.Background(), []string{p}); err != nil {
+	if err := NewBindGuard(nil, nil).Check([]string{p}); err != nil {
 		t.Errorf("a port shared with SO_REUSEPORT refused: %v", err)
 	}
 }

@@ -115,7 +115,7 @@ func (v *Validator) Check(ctx context.Context) error {
 	}
 	if st.ExitCode() == 0 {
 		if v.Binds != nil {
-			if err := v.Binds.Check(ctx, v.configFiles()); err != nil {
+			if err := v.Binds.Check(v.configFiles()); err != nil {
 				return refusal(err.Error())
 			}
 		}
