@@ -56,11 +56,15 @@ func appendSection(t *testing.T, s *site, section string) {
 
 const programSection = "program hello\n    command /bin/sleep 3600\n"
 
+// programGlobal: 3.1+ refuses program sections unless allowed in global.
+const programGlobal = ".if version_atleast(3.1)\n    expose-deprecated-directives\n.endif\n"
+
 // Issue 10 item 10: a program section needs master-worker mode, which the
 // master has; validation must load the file as the master does (-W).
 func TestProgramSectionChecksAndReloads(t *testing.T) {
 	testenv.HAProxy(t)
 	s := newSite(t, startBackend(t))
+	s.global = programGlobal
 	s.write(t, 1)
 	appendSection(t, s, programSection)
 	code, out, errOut, _ := runBinaryWithin(t, 20*time.Second, nil, "check", "-f", s.path)
