@@ -138,7 +138,8 @@ func TestInvalidConfigKeepsServing(t *testing.T) {
 
 // TestFailedReloadIsVisible: a bind error passes haproxy -c but fails the
 // reload. Plain HAProxy hides it; seamless counts and logs it while the old
-// worker keeps serving.
+// worker keeps serving. seamless probes the addresses it can read before
+// a reload; one in a .if block it leaves to HAProxy, as here.
 func TestFailedReloadIsVisible(t *testing.T) {
 	testenv.HAProxy(t)
 	_, s, in := serving(t, 1, startOpts{})
@@ -148,12 +149,12 @@ func TestFailedReloadIsVisible(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	s.extraFE = fmt.Sprintf("    bind %s\n", busy.Addr())
+	s.extraFE = fmt.Sprintf(".if 1\n    bind %s\n.endif\n", busy.Addr())
 	s.write(t, 2)
 	in.signal(syscall.SIGHUP)
 	testenv.Eventually(t, 30*time.Second, "failed reload counted", func() bool { return in.metric(failures) == 1 })
 	if in.metric("seamless_config_errors_total") != 0 {
-		t.Error("a bind error was counted as a config error; haproxy -c cannot see it")
+		t.Error("a bind error in a .if block was counted as a config error; seamless does not evaluate .if")
 	}
 	testenv.Eventually(t, 5*time.Second, "failure logged with HAProxy's message", func() bool {
 		out := in.out.String()

@@ -52,6 +52,12 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 	if len(cl.Dropped) > 0 {
 		log.Warn("ignoring haproxy arguments that would defeat supervision", "args", cl.Dropped)
 	}
+	// HAProxy would block on a FIFO for ever, never healthy.
+	var notRegular *haproxy.NotRegularError
+	if _, err := haproxy.ExpandConfigFiles(cl.ConfigFiles); errors.As(err, &notRegular) && !cfg.Discovery() {
+		log.Error("cannot start HAProxy on this configuration", "err", err)
+		return exitUsage
+	}
 	if cfg.Discovery() {
 		if len(cl.ConfigFiles) > 0 {
 			log.Info("discovery mode: HAProxy runs the rendered configuration instead of the files on its command line",
@@ -110,11 +116,14 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 			"component", "haproxy", "line", line)
 	}
 	cli := haproxy.NewMasterCLI(cl.MasterSocket)
-	validator := &haproxy.Validator{Bin: bin, Args: cl.CheckArgs(extra...), Env: env, Run: rp.Output}
+	validator := &haproxy.Validator{Bin: bin, Args: cl.CheckArgs(extra...), Env: env, Run: rp.Output, Files: cl.ConfigFiles}
 	validator, err = haproxy.WithSpeedup(startCtx, validator, cl, extra, filepath.Join(cfg.RunDir, "check-speedup.cfg"))
 	if err != nil {
 		log.Warn("validating at full cost", "err", err)
 	}
+	// Before any reload, the addresses a new configuration adds are
+	// bound once, so that a reload that would fail to bind is never sent.
+	validator.GuardBinds()
 	checker = validator
 	rl = reload.New(cli, validator, tap, m, log, cfg.ReloadTimeout)
 	opts := supervisor.Options{Bin: bin, Args: cl.RunArgs(extra...), Env: env, StopGrace: cfg.StopGrace, Signals: sigs}
@@ -192,11 +201,13 @@ var withheldRef = regexp.MustCompile(`\$\{?((?:CONSUL|DOCKER|SEAMLESS)_[A-Za-z0-
 // warnWithheldRefs names the lines of the configuration that expect a
 // variable HAProxy is not given (supervisor.HAProxyEnv): HAProxy reads it
 // as empty.
-func warnWithheldRefs(files []string, log *slog.Logger) {
-	for _, f := range files {
+func warnWithheldRefs(paths []string, log *slog.Logger) {
+	// Only regular files: a FIFO would block this read for ever.
+	files, _ := haproxy.ExpandConfigFiles(paths)
+	for _, f := range files.Files {
 		b, err := os.ReadFile(f)
 		if err != nil {
-			continue // a directory, or HAProxy will say
+			continue // HAProxy will say
 		}
 		for i, line := range strings.Split(string(b), "\n") {
 			for _, m := range withheldRef.FindAllStringSubmatch(line, -1) {
@@ -237,7 +248,7 @@ func checkFiles(ctx context.Context, cfg *config.Config, bin string, cl *haproxy
 	}
 	rp, stop := startReaper(log)
 	defer stop()
-	v := &haproxy.Validator{Bin: bin, Args: cl.CheckArgs(extra...), Env: supervisor.HAProxyEnv(os.Environ()), Run: rp.Output}
+	v := &haproxy.Validator{Bin: bin, Args: cl.CheckArgs(extra...), Env: supervisor.HAProxyEnv(os.Environ()), Run: rp.Output, Files: cl.ConfigFiles}
 	err = v.Check(ctx)
 	var ce *haproxy.ConfigError
 	switch {

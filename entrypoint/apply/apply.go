@@ -11,6 +11,7 @@ package apply
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -83,6 +84,8 @@ type Applier struct {
 	recheck  time.Time        // when the state must be rendered again
 	applied  model.Catalog    // the local catalog behind running
 	refused  [32]byte         // hash of the last candidate HAProxy or -c refused
+	backoff  time.Duration    // before the next try after a write error; 0 after a success
+	why      string           // why recheck is due, for the log
 	skipped  string           // the last rendering's skips, logged when they change
 	reasons  []string         // sources changed since the last apply
 
@@ -105,6 +108,13 @@ type Record struct {
 // retryAfter spaces attempts at a rendering whose reload could not be
 // confirmed (as opposed to refused).
 const retryAfter = 5 * time.Second
+
+// Writes that fail (disk full, read-only, I/O) are retried after a delay
+// that doubles from writeRetryMin to writeRetryMax.
+const (
+	writeRetryMin = time.Second
+	writeRetryMax = 30 * time.Second
+)
 
 // historySize is how many applies History keeps.
 const historySize = 20
@@ -369,7 +379,9 @@ func (a *Applier) Run(ctx context.Context) {
 			return
 		case <-recheck.C:
 			due, a.recheck = time.Time{}, time.Time{}
-			a.reasons = append(a.reasons, "drain finished")
+			why := cmp.Or(a.why, "drain finished")
+			a.why = ""
+			a.reasons = append(a.reasons, why)
 			a.apply(ctx, false)
 		case s := <-a.in:
 			if a.take(s) {
@@ -483,7 +495,7 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 		a.log.Debug("waiting for data the template needs", "missing", queryList(rend.Missing))
 		return
 	}
-	a.recheck = rend.Recheck
+	a.recheck, a.why = rend.Recheck, ""
 	change := Change(a.applied, st.Local())
 	if bytes.Equal(rend.Config, a.running) && !force {
 		a.runRend = &rend
@@ -521,6 +533,11 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 	previous := a.running
 	if !bytes.Equal(rend.Config, a.running) {
 		if err := a.write(ctx, rend.Config); err != nil {
+			var we *WriteError
+			if errors.As(err, &we) {
+				a.retryWrite(why, change, start, we)
+				return
+			}
 			a.refused = sum
 			a.record(metrics.Refused, why, change, start, err)
 			m.ConfigErrors.Inc()
@@ -552,7 +569,7 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 		} else {
 			// Not confirmed in time, or haproxy -c could not run: try
 			// the same rendering again later.
-			a.recheck = time.Now().Add(retryAfter)
+			a.recheck, a.why = time.Now().Add(retryAfter), "retrying the reload"
 		}
 		a.record(metrics.Failed, why, change, start, o.Err)
 		a.log.Error("HAProxy did not take the new configuration; the file is back to what runs",
@@ -631,23 +648,48 @@ func (a *Applier) markApplied() {
 	a.setReady(nil)
 }
 
+// WriteError is a configuration that could not be written (disk full,
+// read-only file system, I/O or permission error): a fault of the disk,
+// not of the configuration, so it is retried.
+type WriteError struct {
+	Path string
+	Err  error
+}
+
+func (e *WriteError) Error() string { return fmt.Sprintf("cannot write %s: %v", e.Path, e.Err) }
+func (e *WriteError) Unwrap() error { return e.Err }
+
+// retryWrite schedules another attempt at a rendering that could not be
+// written, backing off.
+func (a *Applier) retryWrite(why, change string, start time.Time, we *WriteError) {
+	a.backoff = min(max(a.backoff*2, writeRetryMin), writeRetryMax)
+	if next := time.Now().Add(a.backoff); a.recheck.IsZero() || next.Before(a.recheck) {
+		a.recheck, a.why = next, "retrying the write"
+	}
+	a.opts.Metrics.ConfigWriteErrors.Inc()
+	a.record(metrics.Failed, why, change, start, we)
+	a.log.Error("cannot write the new configuration; the running one keeps serving, retrying",
+		"path", we.Path, "why", why, "change", change, "retry_in", a.backoff, "err", we.Err)
+}
+
 // write validates data as a candidate beside Path and renames it into
-// place; Path is untouched when validation fails.
+// place; Path is untouched when validation fails. Failures of the disk
+// are *WriteError.
 func (a *Applier) write(ctx context.Context, data []byte) error {
 	cand := a.opts.Path + ".new"
 	if err := WriteFile(cand, data, 0o640); err != nil {
-		return fmt.Errorf("write %s: %w", cand, err)
+		return &WriteError{Path: cand, Err: err}
 	}
 	if err := a.opts.Validate(ctx, cand); err != nil {
 		return err
 	}
 	if err := os.Rename(cand, a.opts.Path); err != nil {
-		return err
+		return &WriteError{Path: a.opts.Path, Err: err}
 	}
 	if err := syncDir(filepath.Dir(a.opts.Path)); err != nil {
-		return err
+		return &WriteError{Path: filepath.Dir(a.opts.Path), Err: err}
 	}
-	a.running = data
+	a.running, a.backoff = data, 0
 	return nil
 }
 

@@ -103,9 +103,11 @@ func (cl *CommandLine) RunArgs(extra ...string) []string {
 	return append(out, cl.Args...)
 }
 
-// CheckArgs is the `haproxy -c` command line for the same configuration.
+// CheckArgs is the `haproxy -c` command line for the same configuration,
+// in master-worker mode as the master loads it: without -W, HAProxy
+// refuses sections only a master can run (program).
 func (cl *CommandLine) CheckArgs(extra ...string) []string {
-	out := []string{"-c"}
+	out := []string{"-c", "-W"}
 	out = append(out, extra...)
 	return append(out, cl.Args...)
 }

@@ -99,7 +99,7 @@ func TestRunAndCheckArgs(t *testing.T) {
 		t.Errorf("RunArgs = %q, want %q", run, want)
 	}
 	chk := cl.CheckArgs("-f", "/run/defaults.cfg")
-	want = []string{"-c", "-f", "/run/defaults.cfg", "-f", "a.cfg"}
+	want = []string{"-c", "-W", "-f", "/run/defaults.cfg", "-f", "a.cfg"}
 	if !reflect.DeepEqual(chk, want) {
 		t.Errorf("CheckArgs = %q, want %q", chk, want)
 	}

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"os"
-	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 )
@@ -23,17 +21,13 @@ type Directives struct {
 // loaded in lexical order as HAProxy does).
 func ScanConfig(paths []string) (Directives, error) {
 	var d Directives
-	for _, p := range paths {
-		files := []string{p}
-		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-			m, _ := filepath.Glob(filepath.Join(p, "*.cfg"))
-			sort.Strings(m)
-			files = m
-		}
-		for _, f := range files {
-			if err := d.scanFile(f); err != nil {
-				return d, err
-			}
+	files, err := ExpandConfigFiles(paths)
+	if err != nil {
+		return d, err // never open a FIFO: it blocks until a writer comes
+	}
+	for _, f := range files.Files {
+		if err := d.scanFile(f); err != nil {
+			return d, err
 		}
 	}
 	return d, nil

@@ -2,6 +2,7 @@ package haproxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -56,20 +57,76 @@ type Validator struct {
 	Args []string // from CommandLine.CheckArgs
 	Env  []string
 	Run  Runner
+	// Files are the user's -f paths (CommandLine.ConfigFiles), when known:
+	// paths that load no file at all are refused, naming them, since
+	// HAProxy would run seamless's own files alone.
+	Files []string
+	// Binds, when set, probes the addresses a valid configuration adds
+	// (see GuardBinds).
+	Binds *BindGuard
+}
+
+// GuardBinds makes Check also refuse a configuration whose new listening
+// addresses cannot be bound; the files v checks now are taken as what
+// HAProxy runs. Call it before HAProxy starts.
+func (v *Validator) GuardBinds() {
+	v.Binds = NewBindGuard(v.configFiles(), CleanEnv(v.Env))
+}
+
+// Loaded tells v that HAProxy took the configuration it last passed;
+// certain is false when the reload was sent but not confirmed.
+func (v *Validator) Loaded(certain bool) {
+	if v.Binds != nil {
+		v.Binds.Loaded(certain)
+	}
+}
+
+func (v *Validator) configFiles() []string {
+	cl, err := ParseCommandLine(v.Args, "")
+	if err != nil {
+		return nil
+	}
+	return cl.ConfigFiles
 }
 
 // Check returns nil for a valid configuration (warnings allowed), a
 // *ConfigError for an invalid one, or another error when haproxy could not
 // be run at all.
+//
+// Files that are not regular files are refused before HAProxy runs: a FIFO
+// would hold validation (and every reload queued behind it) until the
+// reload timeout.
 func (v *Validator) Check(ctx context.Context) error {
+	var nr *NotRegularError
+	if _, err := ExpandConfigFiles(v.configFiles()); errors.As(err, &nr) {
+		return refusal(nr.Error())
+	}
+	files, err := ExpandConfigFiles(v.Files)
+	if err == nil && len(v.Files) > 0 && len(files.Files) == 0 {
+		notes := make([]string, len(files.EmptyDirs))
+		for i, d := range files.EmptyDirs {
+			notes[i] = emptyDirNote(d)
+		}
+		return refusal(strings.Join(notes, "; "))
+	}
 	out, st, err := v.Run(ctx, append([]string{v.Bin}, v.Args...), CleanEnv(v.Env))
 	if err != nil {
 		return fmt.Errorf("haproxy -c: %w", err)
 	}
 	if st.ExitCode() == 0 {
+		if v.Binds != nil {
+			if err := v.Binds.Check(v.configFiles()); err != nil {
+				return refusal(err.Error())
+			}
+		}
 		return nil
 	}
 	return &ConfigError{Alerts: Alerts(string(out)), Output: string(out), Code: st.ExitCode()}
+}
+
+// refusal is a configuration seamless refuses before HAProxy reads it.
+func refusal(reason string) *ConfigError {
+	return &ConfigError{Alerts: []string{reason}, Output: reason + "\n"}
 }
 
 // Alerts picks HAProxy's [ALERT] lines out of its output, without the

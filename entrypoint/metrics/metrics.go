@@ -24,6 +24,7 @@ type Metrics struct {
 	ReloadRequests         prometheus.Counter
 	ReloadsCoalesced       prometheus.Counter
 	ConfigErrors           prometheus.Counter
+	ConfigWriteErrors      prometheus.Counter
 	SocketTransferFailures prometheus.Counter
 	Workers                *prometheus.GaugeVec
 	LastReloadSuccess      prometheus.Gauge
@@ -42,7 +43,7 @@ const (
 	Reloaded  = "reloaded"  // written, validated and reloaded
 	Unchanged = "unchanged" // the same bytes as what runs
 	Refused   = "refused"   // the template or validation failed; nothing changed
-	Failed    = "failed"    // HAProxy did not take it; the file was rolled back
+	Failed    = "failed"    // HAProxy did not take it (the file was rolled back), or it could not be written (retried)
 )
 
 // New registers every collector on a new registry.
@@ -70,6 +71,10 @@ func New() *Metrics {
 			Name: "seamless_config_errors_total",
 			Help: "Configurations refused by validation; the previous configuration kept serving.",
 		}),
+		ConfigWriteErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seamless_config_write_errors_total",
+			Help: "Rendered configurations that could not be written (disk full, read-only, I/O or permission error); retried with backoff, not counted as configuration errors.",
+		}),
 		SocketTransferFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seamless_socket_transfer_failures_total",
 			Help: "Reloads where HAProxy could not pass its listening sockets to the new worker and rebound them (connections may have been lost).",
@@ -88,7 +93,7 @@ func New() *Metrics {
 		}),
 		Applies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seamless_config_applies_total",
-			Help: "Rendered configurations by what became of them: runtime (membership over the runtime API), reloaded, unchanged, refused (template or validation error), failed (HAProxy did not take it).",
+			Help: "Rendered configurations by what became of them: runtime (membership over the runtime API), reloaded, unchanged, refused (template or validation error), failed (HAProxy did not take it, or it could not be written).",
 		}, []string{"result"}),
 		LastApply: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "seamless_last_apply_timestamp_seconds",
@@ -115,7 +120,7 @@ func New() *Metrics {
 	m.Reloads.WithLabelValues(Success)
 	m.Reloads.WithLabelValues(Failure)
 	m.Registry.MustRegister(
-		m.Reloads, m.ReloadDuration, m.ReloadRequests, m.ReloadsCoalesced, m.ConfigErrors,
+		m.Reloads, m.ReloadDuration, m.ReloadRequests, m.ReloadsCoalesced, m.ConfigErrors, m.ConfigWriteErrors,
 		m.SocketTransferFailures, m.Workers, m.LastReloadSuccess, m.HAProxyUp,
 		m.Applies, m.LastApply, m.Discovered, m.SourceSnapshots, m.RuntimeUpdates,
 		collectors.NewGoCollector(),

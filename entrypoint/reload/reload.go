@@ -35,6 +35,13 @@ type Checker interface {
 	Check(ctx context.Context) error
 }
 
+// loadedNotifier is a Checker that keeps track of what runs
+// (haproxy.Validator): it is told when HAProxy took the configuration it
+// last passed, for certain or perhaps (sent, not confirmed).
+type loadedNotifier interface {
+	Loaded(certain bool)
+}
+
 // Outcome is the result of one reload, reported to OnDone (tests, status).
 type Outcome struct {
 	Reasons  []string
@@ -233,6 +240,7 @@ func (r *Reloader) reload(ctx context.Context, reasons []string) Outcome {
 			"reason", why, "duration", o.Duration, "retry_in", retryDelay, "err", err)
 	case err != nil:
 		o.Err = err
+		r.loaded(false)
 		r.metrics.Reloads.WithLabelValues(metrics.Failure).Inc()
 		r.log.Error("reload sent but not confirmed within SEAMLESS_RELOAD_TIMEOUT; HAProxy may still be loading it, check its messages above",
 			"reason", why, "duration", o.Duration, "err", err)
@@ -243,6 +251,7 @@ func (r *Reloader) reload(ctx context.Context, reasons []string) Outcome {
 			"reason", why, "duration", o.Duration, "haproxy", r.messages(ctx, res, mark))
 	default:
 		o.OK = true
+		r.loaded(true)
 		r.metrics.Reloads.WithLabelValues(metrics.Success).Inc()
 		r.metrics.LastReloadSuccess.SetToCurrentTime()
 		r.log.Info("reloaded", "reason", why, "duration", o.Duration,
@@ -253,6 +262,12 @@ func (r *Reloader) reload(ctx context.Context, reasons []string) Outcome {
 		r.metrics.Workers.WithLabelValues("old").Set(float64(len(res.Procs.Old)))
 	}
 	return o
+}
+
+func (r *Reloader) loaded(certain bool) {
+	if n, ok := r.checker.(loadedNotifier); ok {
+		n.Loaded(certain)
+	}
 }
 
 // messages returns HAProxy's start-up messages for a failed reload: from

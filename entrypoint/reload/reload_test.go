@@ -262,3 +262,43 @@ func TestDoReturnsWhenClosed(t *testing.T) {
 		}
 	})
 }
+
+// trackingChecker records what the reloader tells it about what runs.
+type trackingChecker struct {
+	mu     sync.Mutex
+	loaded []bool
+}
+
+func (c *trackingChecker) Check(context.Context) error { return nil }
+func (c *trackingChecker) Loaded(certain bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.loaded = append(c.loaded, certain)
+}
+
+// resultMaster answers each reload with the next result.
+type resultMaster struct {
+	results chan func() (haproxy.ReloadResult, error)
+}
+
+func (m resultMaster) Reload(context.Context) (haproxy.ReloadResult, error) { return (<-m.results)() }
+
+// The checker learns what runs (for the bind probe): for certain after a
+// confirmed reload, perhaps after an unconfirmed one, not after a refusal.
+func TestTheCheckerLearnsWhatRuns(t *testing.T) {
+	c := &trackingChecker{}
+	m := resultMaster{results: make(chan func() (haproxy.ReloadResult, error), 3)}
+	m.results <- func() (haproxy.ReloadResult, error) { return haproxy.ReloadResult{OK: true}, nil }
+	m.results <- func() (haproxy.ReloadResult, error) { return haproxy.ReloadResult{OK: false}, nil }
+	m.results <- func() (haproxy.ReloadResult, error) { return haproxy.ReloadResult{}, errors.New("not confirmed") }
+	r, _, outcomes := run(t, m, c)
+	for range 3 {
+		r.Request("SIGHUP")
+		next(t, outcomes)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.loaded) != 2 || !c.loaded[0] || c.loaded[1] {
+		t.Errorf("Loaded calls %v, want [true false]", c.loaded)
+	}
+}

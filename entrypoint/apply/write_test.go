@@ -1,0 +1,129 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/seamless-lb/seamless/entrypoint/metrics"
+	"github.com/seamless-lb/seamless/internal/testenv"
+)
+
+// smallDisk mounts a 64 KiB tmpfs: a disk that really fills (chmod does
+// not stop root, who runs these tests in CI).
+func smallDisk(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=64k"); err != nil {
+		t.Skipf("cannot mount a small tmpfs (needs root): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// fill writes to dir until it is full and returns the filler's path.
+func fill(t *testing.T, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, "filler")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			return p
+		}
+	}
+}
+
+// counter reads a counter of reg by name, 0 when it does not exist.
+func counter(t *testing.T, m *metrics.Metrics, name string) float64 {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// Issue 10 item 8: a full disk is not a refused configuration. The change
+// is counted as a write error, retried, and applied by itself once space
+// is freed.
+func TestAWriteErrorIsRetriedUntilTheChangeApplies(t *testing.T) {
+	disk := smallDisk(t)
+	src := newSource("consul")
+	r := newRig(t, disk, lines{}, src)
+	src.send("web=10.0.0.1")
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	r.run(t)
+	filler := fill(t, disk)
+	src.send("web=10.0.0.1", "web=10.0.0.2")
+	testenv.Eventually(t, 5*time.Second, "the write error counted", func() bool {
+		return counter(t, r.m, "seamless_config_write_errors_total") >= 1
+	})
+	if got := r.file(t); got != "server web 10.0.0.1\n" || r.reloadCount() != 0 {
+		t.Errorf("with the disk full: file %q, %d reloads", got, r.reloadCount())
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the change applies once space is freed", func() bool {
+		return r.reloadCount() == 1
+	})
+	if got := r.file(t); got != "server web 10.0.0.1\nserver web 10.0.0.2\n" {
+		t.Errorf("file %q", got)
+	}
+	if n := testutil.ToFloat64(r.m.ConfigErrors); n != 0 {
+		t.Errorf("a full disk counted as %v configuration errors", n)
+	}
+	if n := testutil.ToFloat64(r.m.Applies.WithLabelValues(metrics.Refused)); n != 0 {
+		t.Errorf("a full disk counted as %v refused applies", n)
+	}
+}
+
+// The retry delay doubles from 1 s to at most 30 s, and a write that
+// succeeds resets it.
+func TestWriteRetriesBackOff(t *testing.T) {
+	r := newRig(t, t.TempDir(), lines{})
+	var got []time.Duration
+	for range 7 {
+		r.a.retryWrite("test", "", time.Now(), &WriteError{Path: "x", Err: syscall.ENOSPC})
+		got = append(got, r.a.backoff)
+	}
+	want := []time.Duration{1, 2, 4, 8, 16, 30, 30}
+	for i := range want {
+		if got[i] != want[i]*time.Second {
+			t.Fatalf("delays %v, want %v seconds", got, want)
+		}
+	}
+	if n := testutil.ToFloat64(r.m.ConfigWriteErrors); n != 7 {
+		t.Errorf("%v write errors counted, want 7", n)
+	}
+	if err := r.a.write(context.Background(), []byte("server a 10.0.0.1\n")); err != nil {
+		t.Fatal(err)
+	}
+	if r.a.backoff != 0 {
+		t.Errorf("delay %s after a successful write, want reset", r.a.backoff)
+	}
+}
