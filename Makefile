@@ -19,15 +19,27 @@ build:
 # HAProxy 2.6 from Debian for the host tests; the package starts a system
 # service that nothing here needs, so it is stopped again. Chromium renders
 # the status page in its test.
+#
+# Another apt run (unattended upgrades, a provisioning script) may hold
+# apt's locks: install waits for them up to 10 minutes; `apt-get update`
+# ignores that option for its lists lock, so it is retried while, and only
+# while, the lock is what fails it.
+APT_WAIT := 600
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=$(APT_WAIT) install -y -qq
+APT_UPDATE := ok=; for i in $$(seq $$(($(APT_WAIT) / 2))); do \
+		if out=$$(apt-get update -qq 2>&1); then ok=1; break; fi; \
+		case $$out in *"Could not get lock"*) [ $$i != 1 ] || echo "waiting for another apt run to finish"; sleep 2;; \
+		*) break;; esac; \
+	done; [ -n "$$ok" ] || { echo "$$out" >&2; exit 1; }
 deps:
 	@if ! command -v haproxy >/dev/null; then \
 		echo "installing haproxy"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; \
+		$(APT_UPDATE); $(APT_INSTALL) haproxy >/dev/null || exit 1; \
 		service haproxy stop >/dev/null 2>&1 || systemctl stop haproxy >/dev/null 2>&1 || true; \
 	fi
 	@if ! command -v chromium >/dev/null; then \
 		echo "installing chromium"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		$(APT_UPDATE); $(APT_INSTALL) chromium >/dev/null || exit 1; \
 	fi
 	@haproxy -v | head -1
 
