@@ -69,14 +69,10 @@ test-matrix:
 
 # HAProxy with the demo config and three demo backends, on 127.0.0.1:
 # http://127.0.0.1:5001 (the service), http://127.0.0.1:8404/haproxy?stats,
-# http://127.0.0.1:8405/metrics (seamless). Ctrl-C drains and stops.
+# http://127.0.0.1:8405/metrics (seamless). Ctrl-C drains and stops
+# (demo/run.sh says how; demo/demo_test.go presses it in a terminal).
 demo: deps build
-	@mkdir -p $(CACHE)/demo-run
-	@trap 'kill $$(jobs -p) 2>/dev/null; wait' EXIT; \
-	for i in 1 2 3; do bin/demo-backend -listen 127.0.0.1:900$$i -name web$$i & done; \
-	SEAMLESS_RUN_DIR=$(CACHE)/demo-run SEAMLESS_STATUS_ADDR=127.0.0.1:8405 \
-		bin/seamless haproxy -f demo/haproxy.cfg & echo $$! > $(CACHE)/demo.pid; \
-	wait $$(cat $(CACHE)/demo.pid)
+	@demo/run.sh
 
 # Images for every HAProxy in the matrix, built offline: the base is a
 # debootstrap root filesystem (image/bases.sh) and the binary is the host's.
