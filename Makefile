@@ -83,11 +83,26 @@ image: build
 	image/bases.sh $(TEST_CACHE)
 	@set -e; for v in $(MATRIX); do \
 		echo "== $(IMAGE):haproxy-$$v"; \
-		docker build -q -f image/Dockerfile -t $(IMAGE):haproxy-$$v \
+		$(call docker_build,$(IMAGE):haproxy-$$v,-f image/Dockerfile \
 			--build-arg HAPROXY_IMAGE=seamless-base:haproxy-$$v \
 			--build-arg BUILDER=seamless-base:haproxy-$$v \
-			--build-arg PREBUILT=bin/seamless --build-arg VERSION=$(VERSION) . ; \
+			--build-arg PREBUILT=bin/seamless --build-arg VERSION=$(VERSION) .); \
 	done
+
+# $(call docker_build,TAG,ARGS): docker build that leaves no dangling image
+# behind (the legacy builder left two per image, 226-271 MB each): the
+# build stage, labelled seamless.build-run with a value of this run's own,
+# is pruned by that label; the image TAG named before is removed unless a
+# container or another tag still uses it. Nothing else is touched.
+define docker_build
+old=$$(docker image inspect -f '{{.Id}}' $(1) 2>/dev/null || true); \
+run=$$(date +%s%N)-$$$$; \
+if docker build -q -t $(1) --build-arg BUILD_RUN=$$run $(2); then ok=1; else ok=; fi; \
+docker image prune -f --filter label=seamless.build-run=$$run >/dev/null; \
+[ -n "$$ok" ] || exit 1; \
+new=$$(docker image inspect -f '{{.Id}}' $(1)); \
+if [ -n "$$old" ] && [ "$$old" != "$$new" ]; then docker rmi "$$old" >/dev/null 2>&1 || true; fi
+endef
 
 # The image on the real Docker engine: docker kill -s HUP under load,
 # docker stop during a request, for every HAProxy of the matrix; the
@@ -110,15 +125,15 @@ COMPOSE_ENV = SEAMLESS_IMAGE=$(IMAGE):haproxy-$(lastword $(MATRIX)) \
 # registry, the compose examples use hashicorp/consul:1.14 instead).
 image-consul: $(CONSUL)
 	image/bases.sh $(TEST_CACHE)
-	docker build -q -f image/consul.Dockerfile -t $(CONSUL_IMAGE) \
+	@$(call docker_build,$(CONSUL_IMAGE),-f image/consul.Dockerfile \
 		--build-arg BUILDER=$(LOCAL_BASE) \
-		--build-arg CONSUL_BIN=$(notdir $(CONSUL)) $(dir $(CONSUL))
+		--build-arg CONSUL_BIN=$(notdir $(CONSUL)) $(dir $(CONSUL)))
 
 # The demo backend FROM scratch, from the host's static bin/demo-backend.
 image-demo-backend: build
 	image/bases.sh $(TEST_CACHE)
-	docker build -q -f cmd/demo-backend/Dockerfile -t $(DEMO_BACKEND_IMAGE) \
-		--build-arg BUILDER=$(LOCAL_BASE) --build-arg PREBUILT=bin/demo-backend .
+	@$(call docker_build,$(DEMO_BACKEND_IMAGE),-f cmd/demo-backend/Dockerfile \
+		--build-arg BUILDER=$(LOCAL_BASE) --build-arg PREBUILT=bin/demo-backend .)
 
 # The compose examples with the local images (compose/README.md), on
 # 127.0.0.1: consul 5001/8404/8405 (+8500), file 5002/8406/8407,
