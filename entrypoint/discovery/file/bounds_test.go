@@ -85,6 +85,14 @@ var hostile = map[string]struct {
 		},
 		want: "web.json:1: unknown field \"bogus\"",
 	},
+	"deep nesting": {
+		write: func(t *testing.T, dir string) {
+			stream(t, filepath.Join(dir, "web.yaml"), func(w *bufio.Writer) {
+				w.WriteString("name: web\ntags: " + strings.Repeat("[", maxFileSize/2) + strings.Repeat("]", maxFileSize/2-20))
+			})
+		},
+		want: "web.yaml:2: YAML: exceeded max depth",
+	},
 	"billion laughs": {
 		write: func(t *testing.T, dir string) {
 			stream(t, filepath.Join(dir, "web.yaml"), func(w *bufio.Writer) {
