@@ -19,15 +19,27 @@ build:
 # HAProxy 2.6 from Debian for the host tests; the package starts a system
 # service that nothing here needs, so it is stopped again. Chromium renders
 # the status page in its test.
+#
+# Another apt run (unattended upgrades, a provisioning script) may hold
+# apt's locks: install waits for them up to 10 minutes; `apt-get update`
+# ignores that option for its lists lock, so it is retried while, and only
+# while, the lock is what fails it.
+APT_WAIT := 600
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=$(APT_WAIT) install -y -qq
+APT_UPDATE := ok=; for i in $$(seq $$(($(APT_WAIT) / 2))); do \
+		if out=$$(apt-get update -qq 2>&1); then ok=1; break; fi; \
+		case $$out in *"Could not get lock"*) [ $$i != 1 ] || echo "waiting for another apt run to finish"; sleep 2;; \
+		*) break;; esac; \
+	done; [ -n "$$ok" ] || { echo "$$out" >&2; exit 1; }
 deps:
 	@if ! command -v haproxy >/dev/null; then \
 		echo "installing haproxy"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; \
+		$(APT_UPDATE); $(APT_INSTALL) haproxy >/dev/null || exit 1; \
 		service haproxy stop >/dev/null 2>&1 || systemctl stop haproxy >/dev/null 2>&1 || true; \
 	fi
 	@if ! command -v chromium >/dev/null; then \
 		echo "installing chromium"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		$(APT_UPDATE); $(APT_INSTALL) chromium >/dev/null || exit 1; \
 	fi
 	@haproxy -v | head -1
 
@@ -57,14 +69,10 @@ test-matrix:
 
 # HAProxy with the demo config and three demo backends, on 127.0.0.1:
 # http://127.0.0.1:5001 (the service), http://127.0.0.1:8404/haproxy?stats,
-# http://127.0.0.1:8405/metrics (seamless). Ctrl-C drains and stops.
+# http://127.0.0.1:8405/metrics (seamless). Ctrl-C drains and stops
+# (demo/run.sh says how; demo/demo_test.go presses it in a terminal).
 demo: deps build
-	@mkdir -p $(CACHE)/demo-run
-	@trap 'kill $$(jobs -p) 2>/dev/null; wait' EXIT; \
-	for i in 1 2 3; do bin/demo-backend -listen 127.0.0.1:900$$i -name web$$i & done; \
-	SEAMLESS_RUN_DIR=$(CACHE)/demo-run SEAMLESS_STATUS_ADDR=127.0.0.1:8405 \
-		bin/seamless haproxy -f demo/haproxy.cfg & echo $$! > $(CACHE)/demo.pid; \
-	wait $$(cat $(CACHE)/demo.pid)
+	@demo/run.sh
 
 # Images for every HAProxy in the matrix, built offline: the base is a
 # debootstrap root filesystem (image/bases.sh) and the binary is the host's.
@@ -75,11 +83,26 @@ image: build
 	image/bases.sh $(TEST_CACHE)
 	@set -e; for v in $(MATRIX); do \
 		echo "== $(IMAGE):haproxy-$$v"; \
-		docker build -q -f image/Dockerfile -t $(IMAGE):haproxy-$$v \
+		$(call docker_build,$(IMAGE):haproxy-$$v,-f image/Dockerfile \
 			--build-arg HAPROXY_IMAGE=seamless-base:haproxy-$$v \
 			--build-arg BUILDER=seamless-base:haproxy-$$v \
-			--build-arg PREBUILT=bin/seamless --build-arg VERSION=$(VERSION) . ; \
+			--build-arg PREBUILT=bin/seamless --build-arg VERSION=$(VERSION) .); \
 	done
+
+# $(call docker_build,TAG,ARGS): docker build that leaves no dangling image
+# behind (the legacy builder left two per image, 226-271 MB each): the
+# build stage, labelled seamless.build-run with a value of this run's own,
+# is pruned by that label; the image TAG named before is removed unless a
+# container or another tag still uses it. Nothing else is touched.
+define docker_build
+old=$$(docker image inspect -f '{{.Id}}' $(1) 2>/dev/null || true); \
+run=$$(date +%s%N)-$$$$; \
+if docker build -q -t $(1) --build-arg BUILD_RUN=$$run $(2); then ok=1; else ok=; fi; \
+docker image prune -f --filter label=seamless.build-run=$$run >/dev/null; \
+[ -n "$$ok" ] || exit 1; \
+new=$$(docker image inspect -f '{{.Id}}' $(1)); \
+if [ -n "$$old" ] && [ "$$old" != "$$new" ]; then docker rmi "$$old" >/dev/null 2>&1 || true; fi
+endef
 
 # The image on the real Docker engine: docker kill -s HUP under load,
 # docker stop during a request, for every HAProxy of the matrix; the
@@ -102,15 +125,15 @@ COMPOSE_ENV = SEAMLESS_IMAGE=$(IMAGE):haproxy-$(lastword $(MATRIX)) \
 # registry, the compose examples use hashicorp/consul:1.14 instead).
 image-consul: $(CONSUL)
 	image/bases.sh $(TEST_CACHE)
-	docker build -q -f image/consul.Dockerfile -t $(CONSUL_IMAGE) \
+	@$(call docker_build,$(CONSUL_IMAGE),-f image/consul.Dockerfile \
 		--build-arg BUILDER=$(LOCAL_BASE) \
-		--build-arg CONSUL_BIN=$(notdir $(CONSUL)) $(dir $(CONSUL))
+		--build-arg CONSUL_BIN=$(notdir $(CONSUL)) $(dir $(CONSUL)))
 
 # The demo backend FROM scratch, from the host's static bin/demo-backend.
 image-demo-backend: build
 	image/bases.sh $(TEST_CACHE)
-	docker build -q -f cmd/demo-backend/Dockerfile -t $(DEMO_BACKEND_IMAGE) \
-		--build-arg BUILDER=$(LOCAL_BASE) --build-arg PREBUILT=bin/demo-backend .
+	@$(call docker_build,$(DEMO_BACKEND_IMAGE),-f cmd/demo-backend/Dockerfile \
+		--build-arg BUILDER=$(LOCAL_BASE) --build-arg PREBUILT=bin/demo-backend .)
 
 # The compose examples with the local images (compose/README.md), on
 # 127.0.0.1: consul 5001/8404/8405 (+8500), file 5002/8406/8407,

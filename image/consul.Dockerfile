@@ -17,6 +17,10 @@ FROM ${BUILDER} AS dirs
 RUN mkdir -p /out/consul/data /out/consul/config /out/tmp \
     && chown 100:1000 /out/consul/data /out/consul/config \
     && chmod 1777 /out/tmp
+# The legacy builder keeps this stage as an untagged image; `make` prunes
+# it by this label (see docker_build in the Makefile).
+ARG BUILD_RUN=
+LABEL seamless.build-run=${BUILD_RUN}
 
 FROM scratch
 ARG CONSUL_BIN=consul

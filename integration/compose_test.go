@@ -41,7 +41,7 @@ func composeImages(t *testing.T, c *client.Client, names ...string) map[string]s
 			image = defaults[name]
 		}
 		if _, err := c.ImageInspect(context.Background(), image); err != nil {
-			if os.Getenv("CI") == "true" {
+			if testenv.CI() {
 				t.Fatalf("image %s (%s) missing under CI: %v", image, name, err)
 			}
 			t.Skipf("image %s (%s) missing: %v (make image image-consul image-demo-backend)", image, name, err)
@@ -154,7 +154,7 @@ func TestComposeDockerScale(t *testing.T) {
 	env := composeImages(t, c, "SEAMLESS_IMAGE", "DEMO_BACKEND_IMAGE")
 	sock, err := os.Stat("/var/run/docker.sock")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
+		if testenv.CI() {
 			t.Fatalf("no Docker socket to mount under CI: %v", err)
 		}
 		t.Skipf("no Docker socket to mount: %v", err)

@@ -45,7 +45,7 @@ func dockerClient(t *testing.T) *client.Client {
 		cancel()
 	}
 	if err != nil {
-		if os.Getenv("CI") != "" {
+		if testenv.CI() {
 			t.Fatalf("no Docker engine under CI: %v", err)
 		}
 		t.Skipf("no Docker engine: %v", err)

@@ -4,12 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -23,6 +21,7 @@ import (
 	"time"
 
 	"github.com/seamless-lb/seamless/internal/procfs"
+	"github.com/seamless-lb/seamless/internal/testenv/freeport"
 )
 
 // What the discovery benchmarks share: seamless in discovery mode as a
@@ -398,22 +397,16 @@ func seamlessDefaults(ctx context.Context, bin string) (map[string]string, error
 }
 
 // freeAddrs returns n distinct loopback addresses whose ports were free a
-// moment ago, chosen below Linux's ephemeral range (32768 and up) so that
-// the source port of some outgoing connection (HAProxy's health checks
-// make thousands a second) cannot take one before it is bound.
+// moment ago (freeport.Get: below the ephemeral range, so that HAProxy's
+// health checks cannot take one as a source port, and never one twice).
 func freeAddrs(n int) ([]string, error) {
-	var addrs []string
-	for attempt := 0; len(addrs) < n; attempt++ {
-		if attempt >= 100*n {
-			return nil, errors.New("no free port found in 20000-32767")
-		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(20000+rand.IntN(12768)))
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue
-		}
-		defer ln.Close()
-		addrs = append(addrs, addr)
+	ports, err := freeport.Get(n)
+	if err != nil {
+		return nil, err
+	}
+	addrs := make([]string, n)
+	for i, p := range ports {
+		addrs[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 	}
 	return addrs, nil
 }

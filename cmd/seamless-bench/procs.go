@@ -167,15 +167,14 @@ func acceptsTCP(addr string) bool {
 }
 
 // freeAddr returns a loopback address with a port that was free a moment
-// ago. Another process could take it before we bind; the run then fails
-// visibly rather than measuring the wrong thing.
+// ago (freeport.Get). Another process could take it before we bind; the
+// run then fails visibly rather than measuring the wrong thing.
 func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs, err := freeAddrs(1)
 	if err != nil {
 		return "", err
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	return addrs[0], nil
 }
 
 // readPidfile returns the pids listed one a line in path.

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
 var docsScreenshot = flag.String("screenshot", "", "also copy the page's screenshot to this file (the README's docs/status.png)")
@@ -24,7 +26,7 @@ func chromium(t *testing.T) string {
 	t.Helper()
 	bin, err := exec.LookPath("chromium")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
+		if testenv.CI() {
 			t.Fatalf("chromium not found under CI (apt-get install chromium): %v", err)
 		}
 		t.Skipf("chromium not found: %v (apt-get install chromium)", err)

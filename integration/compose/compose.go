@@ -19,6 +19,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
 // commandTimeout bounds one compose command: `up` of a few small
@@ -67,7 +69,7 @@ func New(t testing.TB, file string, env map[string]string) *Project {
 	t.Helper()
 	cmd, err := Command()
 	if err != nil {
-		if os.Getenv("CI") == "true" {
+		if testenv.CI() {
 			t.Fatalf("no compose CLI under CI: %v", err)
 		}
 		t.Skipf("no compose CLI: %v", err)

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -19,6 +18,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/seamless-lb/seamless/internal/testenv/freeport"
 )
 
 // Version is the Consul the benchmarks run; `make consul` builds it.
@@ -72,7 +73,7 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 	if _, err := os.Stat(o.Bin); err != nil {
 		return nil, fmt.Errorf("consul agent: %w (make consul builds it; or set SEAMLESS_CONSUL_BIN)", err)
 	}
-	ports, err := freePorts(5)
+	ports, err := freeport.Get(5)
 	if err != nil {
 		return nil, err
 	}
@@ -199,25 +200,4 @@ func (a *Agent) Stop() error {
 		return fmt.Errorf("consul (pid %d) survived SIGKILL", a.cmd.Process.Pid)
 	}
 	return errors.New("consul did not stop within 10s of SIGTERM; killed")
-}
-
-// freePorts returns n distinct loopback TCP ports that were free a moment
-// ago: every listener stays open until all are chosen. They are chosen
-// below Linux's ephemeral range (32768 and up), where the source port of
-// an outgoing connection cannot take one before the agent binds it.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for attempt := 0; len(ports) < n; attempt++ {
-		if attempt >= 100*n {
-			return nil, errors.New("consul: no free port found in 20000-32767")
-		}
-		port := 20000 + rand.IntN(12768)
-		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			continue
-		}
-		defer ln.Close()
-		ports = append(ports, port)
-	}
-	return ports, nil
 }

@@ -49,7 +49,7 @@ func ConsulBin(t testing.TB) string {
 		bin = "/var/cache/seamless/consul/consul-" + ConsulVersion
 	}
 	if _, err := os.Stat(bin); err != nil {
-		if os.Getenv("CI") == "true" {
+		if CI() {
 			t.Fatalf("Consul agent not found under CI (make consul builds it): %v", err)
 		}
 		t.Skipf("Consul agent not found: %v (run make consul)", err)
@@ -65,15 +65,16 @@ func Consul(t testing.TB) *ConsulAgent {
 	root := t.TempDir()
 	a.dir = filepath.Join(root, "data")
 	a.log = filepath.Join(root, "consul.log")
-	a.http = FreePort(t)
+	ports := FreePorts(t, 4)
+	a.http = ports[0]
 	a.args = []string{"agent",
 		"-server", "-bootstrap-expect=1", "-node=" + a.node, "-datacenter=dc1",
 		"-bind=127.0.0.1", "-advertise=127.0.0.1", "-client=127.0.0.1",
 		"-data-dir=" + a.dir, "-log-level=debug",
 		"-http-port=" + strconv.Itoa(a.http),
-		"-server-port=" + strconv.Itoa(FreePort(t)),
-		"-serf-lan-port=" + strconv.Itoa(FreePort(t)),
-		"-serf-wan-port=" + strconv.Itoa(FreePort(t)),
+		"-server-port=" + strconv.Itoa(ports[1]),
+		"-serf-lan-port=" + strconv.Itoa(ports[2]),
+		"-serf-wan-port=" + strconv.Itoa(ports[3]),
 		"-dns-port=-1", "-grpc-port=-1",
 		"-hcl=ports { https = -1, grpc_tls = -1 }",
 		"-hcl=performance { raft_multiplier = 1 }",

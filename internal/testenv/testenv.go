@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seamless-lb/seamless/internal/testenv/freeport"
 )
 
 // HAProxy returns the HAProxy the tests run: $SEAMLESS_HAPROXY_BIN when set
@@ -29,7 +31,7 @@ func HAProxy(t testing.TB) string {
 	}
 	p, err := exec.LookPath(name)
 	if err != nil {
-		if os.Getenv("CI") != "" {
+		if CI() {
 			t.Fatalf("%s not found under CI (make test installs it): %v", name, err)
 		}
 		t.Skipf("%s not installed: %v (run make test)", name, err)
@@ -37,15 +39,34 @@ func HAProxy(t testing.TB) string {
 	return p
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort returns a loopback TCP port that was free a moment ago and that
+// this test process has not handed out before (see freeport.Get).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	return FreePorts(t, 1)[0]
+}
+
+// FreePorts returns n distinct loopback TCP ports, each held bound until
+// all are chosen, and none handed out before by this test process.
+func FreePorts(t testing.TB, n int) []int {
+	t.Helper()
+	ports, err := freeport.Get(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports
+}
+
+// CI reports whether the tests run under CI (the CI variable set to
+// anything but "", "0" or "false", as CI services set it): there a missing
+// tool (HAProxy, Consul, Docker, Chromium) fails the test that needs it
+// instead of skipping it. The one rule for every test.
+func CI() bool {
+	switch strings.ToLower(os.Getenv("CI")) {
+	case "", "0", "false":
+		return false
+	}
+	return true
 }
 
 // Addr is 127.0.0.1:port.

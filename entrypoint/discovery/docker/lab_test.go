@@ -29,6 +29,8 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
+
+	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
 // The tests of this file run against a real Docker engine: `go test -tags
@@ -84,7 +86,7 @@ func newLab(t *testing.T) *lab {
 		cancel()
 	}
 	if err != nil {
-		if os.Getenv("CI") != "" {
+		if testenv.CI() {
 			t.Fatalf("no Docker engine under CI: %v", err)
 		}
 		t.Skipf("no Docker engine: %v", err)

@@ -50,6 +50,15 @@
 // order of file names wins and the other is reported. Status is not Up
 // while any file has a problem.
 //
+// # Bounds
+//
+// No input may exhaust the memory of PID 1 (see limits.go): a file holds
+// at most 256 KiB and 5,000 instances; the directory at most 2,000
+// services files, 16 MiB and 20,000 instances together. A file past a
+// limit is rejected like a malformed one (the totals reject the files last
+// in lexical order); a directory of more files is not read at all, and
+// every service read before stays in use.
+//
 // # Watching
 //
 // The directory is watched with inotify (fsnotify), and any event in it

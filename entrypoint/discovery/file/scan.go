@@ -2,6 +2,7 @@ package file
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -14,9 +15,6 @@ import (
 
 	"github.com/seamless-lb/seamless/entrypoint/model"
 )
-
-// maxFileSize bounds what one services file may hold.
-const maxFileSize = 16 << 20
 
 // isServicesFile reports whether a directory entry's name is one the source
 // reads: *.yaml, *.yml or *.json in any case, and not hidden or an editor's
@@ -34,11 +32,16 @@ func isServicesFile(name string) bool {
 
 // entry is what the source knows of one file.
 type entry struct {
-	data []byte // as last read, so that an unchanged file is not parsed again
-	err  error  // the problem with the file as last read; nil when it parsed
-	// good is the service from the last content that parsed, kept while the
-	// file is broken; nil when no content has parsed yet.
-	good *service
+	// sum is of the content as last read, so that an unchanged file is not
+	// parsed again; the content itself is not kept. read is false until
+	// a content was read (sum is then meaningless).
+	sum  [sha256.Size]byte
+	read bool
+	err  error // the problem with the file as last read; nil when it parsed
+	// parsed is the service of the content last read, nil when it did not
+	// parse; good is the one last in use, kept while the file is broken or
+	// rejected; nil when none has been in use yet.
+	parsed, good *service
 }
 
 // scanner re-reads the directory. Only Run's goroutine uses it.
@@ -63,7 +66,7 @@ func newScanner(dir string, log *slog.Logger) *scanner {
 // names) for the operator, each naming the file. err is a failure to read
 // the directory itself; the caller then keeps what it had.
 func (sc *scanner) scan() (cat *model.Catalog, problems []string, err error) {
-	entries, err := os.ReadDir(sc.dir)
+	names, err := listDir(sc.dir)
 	if err != nil {
 		err = fmt.Errorf("reading SEAMLESS_SERVICES_DIR %s: %w", sc.dir, err)
 		msg := err.Error() + " (the services read before stay in use; check that the directory exists and is readable)"
@@ -77,7 +80,7 @@ func (sc *scanner) scan() (cat *model.Catalog, problems []string, err error) {
 		sc.log.Info("services directory readable again", "dir", sc.dir)
 		delete(sc.problems, "")
 	}
-	names := sc.read(entries)
+	sc.read(names)
 	cat, services, declared, fileProblems := sc.build(names)
 	if sc.order != nil {
 		sc.order.stamp(cat)
@@ -98,37 +101,32 @@ func (sc *scanner) scan() (cat *model.Catalog, problems []string, err error) {
 	return cat, problems, nil
 }
 
-// read brings sc.files up to date with the directory's entries, parsing
-// the files whose content changed, and returns the names of the services
-// files in lexical order.
-func (sc *scanner) read(entries []os.DirEntry) []string {
-	var names []string // os.ReadDir sorts them
-	for _, de := range entries {
-		name := de.Name()
-		if !isServicesFile(name) {
-			continue
-		}
+// read brings sc.files up to date with the services files named (sorted),
+// parsing those whose content changed; it drops the names that are gone.
+// Files past maxTotalSize, in order, are not read.
+func (sc *scanner) read(names []string) {
+	var total int64 // bytes of the files read
+	for _, name := range names {
 		path := filepath.Join(sc.dir, name)
-		data, ok, err := readFile(path)
-		if !ok { // vanished since ReadDir, or a dangling symlink: deleted
+		data, ok, err := readFile(path, maxTotalSize-total)
+		if !ok { // vanished since the listing, or a dangling symlink: deleted
+			delete(sc.files, name)
 			continue
 		}
-		names = append(names, name)
+		total += int64(len(data))
 		e := sc.files[name]
 		if e == nil {
 			e = &entry{}
 			sc.files[name] = e
 		}
+		sum := sha256.Sum256(data)
 		switch {
 		case err != nil:
-			e.data, e.err = nil, err
-		case e.data != nil && bytes.Equal(data, e.data):
+			e.read, e.err, e.parsed = false, err, nil
+		case e.read && sum == e.sum:
 		default:
-			e.data = data
-			svc, err := parseSafely(path, data)
-			if e.err = err; err == nil {
-				e.good = svc
-			}
+			e.sum, e.read = sum, true
+			e.parsed, e.err = parseSafely(path, data)
 		}
 	}
 	for name := range sc.files {
@@ -136,27 +134,38 @@ func (sc *scanner) read(entries []os.DirEntry) []string {
 			delete(sc.files, name)
 		}
 	}
-	return names
 }
 
 // build gathers the services of the files named, in order: each file's
-// current service, or its last good one while it is broken; a service
-// name declared again is reported and left out. problems are by file.
+// current service, or its last good one while it is broken or would take
+// the instances past maxInstances; a service name declared again is
+// reported and left out. problems are by file.
 func (sc *scanner) build(names []string) (cat *model.Catalog, services map[string]*service, declared, problems map[string]string) {
 	cat = &model.Catalog{}
 	services = map[string]*service{}
 	declared = map[string]string{} // service name → file
 	problems = map[string]string{}
-	for _, name := range names {
+	for _, name := range sc.present(names) {
 		e := sc.files[name]
+		svc := e.parsed
+		if e.err == nil && len(cat.Instances)+len(svc.instances) > maxInstances {
+			e.err = &fileError{File: filepath.Join(sc.dir, name), Line: svc.line, Msg: fmt.Sprintf(
+				"service %s has %d instance(s), which would take the services files past %d instances together (files are taken in lexical order of their names)",
+				svc.name, len(svc.instances), maxInstances)}
+			e.read = false // read it again: it may fit once others shrink
+		}
 		if e.err != nil {
+			svc = e.good
+			if svc != nil && len(cat.Instances)+len(svc.instances) > maxInstances {
+				svc = nil
+			}
 			keeps := "it contributes nothing until it parses"
-			if e.good != nil {
-				keeps = fmt.Sprintf("until then its last good content stays in use (service %s with %d instance(s))", e.good.name, len(e.good.instances))
+			if svc != nil {
+				keeps = fmt.Sprintf("until then its last good content stays in use (service %s with %d instance(s))", svc.name, len(svc.instances))
 			}
 			problems[name] = fmt.Sprintf("%v; fix the file: %s", e.err, keeps)
 		}
-		svc := e.good
+		e.good = svc
 		if svc == nil {
 			continue
 		}
@@ -177,6 +186,11 @@ func (sc *scanner) build(names []string) (cat *model.Catalog, services map[strin
 	return cat, services, declared, problems
 }
 
+// present returns the names that read kept: those still there.
+func (sc *scanner) present(names []string) []string {
+	return slices.DeleteFunc(slices.Clone(names), func(n string) bool { return sc.files[n] == nil })
+}
+
 // logProblems logs each file's problem once, and that it is gone.
 func (sc *scanner) logProblems(now map[string]string) {
 	for name, p := range now {
@@ -193,10 +207,11 @@ func (sc *scanner) logProblems(now map[string]string) {
 	}
 }
 
-// readFile reads a regular file (through symlinks). ok is false when there
-// is no file at path: it vanished, or a symlink dangles, as happens while a
-// Kubernetes ConfigMap volume swaps its data.
-func readFile(path string) (data []byte, ok bool, err error) {
+// readFile reads a regular file (through symlinks) of at most maxFileSize
+// and budget bytes; a larger one is an error, and is not read. ok is false
+// when there is no file at path: it vanished, or a symlink dangles, as
+// happens while a Kubernetes ConfigMap volume swaps its data.
+func readFile(path string, budget int64) (data []byte, ok bool, err error) {
 	fi, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
@@ -207,6 +222,18 @@ func readFile(path string) (data []byte, ok bool, err error) {
 	if !fi.Mode().IsRegular() { // not opened: a FIFO would block
 		return nil, true, &fileError{File: path, Msg: "not a regular file; give it a name that does not end in .yaml, .yml or .json"}
 	}
+	tooBig := func(size int64) error {
+		return &fileError{File: path, Msg: fmt.Sprintf("%d bytes, larger than %d KiB, the most a services file may hold; it is not read (one file declares one service: shorten it)", size, maxFileSize>>10)}
+	}
+	overBudget := func() error {
+		return &fileError{File: path, Msg: fmt.Sprintf("not read: with it the services files would hold more than %d MiB together (files are taken in lexical order of their names)", maxTotalSize>>20)}
+	}
+	switch { // checked before reading: the size is all it takes
+	case fi.Size() > maxFileSize:
+		return nil, true, tooBig(fi.Size())
+	case fi.Size() > budget:
+		return nil, true, overBudget()
+	}
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
@@ -215,14 +242,20 @@ func readFile(path string) (data []byte, ok bool, err error) {
 		return nil, true, &fileError{File: path, Msg: err.Error()}
 	}
 	defer f.Close()
-	data, err = io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
+	// The file may have grown since Stat: read one byte past the limit to
+	// tell, into a buffer of the size Stat gave (no doubling).
+	limit := min(int64(maxFileSize), budget)
+	buf := bytes.NewBuffer(make([]byte, 0, min(fi.Size(), limit)+bytes.MinRead))
+	if _, err := buf.ReadFrom(io.LimitReader(f, limit+1)); err != nil {
 		return nil, true, &fileError{File: path, Msg: err.Error()}
 	}
-	if len(data) > maxFileSize {
-		return nil, true, &fileError{File: path, Msg: fmt.Sprintf("larger than %d MiB; split it", maxFileSize>>20)}
+	if n := int64(buf.Len()); n > limit {
+		if n > maxFileSize {
+			return nil, true, tooBig(n)
+		}
+		return nil, true, overBudget()
 	}
-	return data, true, nil
+	return buf.Bytes(), true, nil
 }
 
 // parseSafely is parse that turns a panic into an error: a parser bug must

@@ -25,9 +25,10 @@ type schema struct {
 }
 
 // maxNodes bounds the nodes a file may expand to through YAML aliases, so
-// that a few lines of anchors cannot make a scan quadratic. A file of 10,000
-// instances with ten tags each visits about 200,000.
-const maxNodes = 1_000_000
+// that a few lines of anchors cannot make a scan quadratic or fill the
+// memory. A file of maxInstancesPerFile instances with ten tags each
+// visits about 100,000.
+const maxNodes = 200_000
 
 var errTooBig = errors.New("too many values once YAML aliases are expanded")
 
@@ -221,6 +222,9 @@ func (s *schema) service(root *yaml.Node) (*service, error) {
 	}
 	if list.Kind != yaml.SequenceNode {
 		return nil, s.errorf(list, "instances must be a list, not %s", describe(list))
+	}
+	if n := len(list.Content); n > maxInstancesPerFile {
+		return nil, s.errorf(list, "%d instances; a services file holds at most %d", n, maxInstancesPerFile)
 	}
 	ids := map[string]int{}
 	endpoints := map[string]int{}
