@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -91,7 +92,9 @@ func TestScalingWithoutReloads(t *testing.T) {
 	if got := in.metric(successes); got != reloads+1 {
 		t.Errorf("%v reloads to grow the slots, want exactly 1", got-reloads)
 	}
-	if !strings.Contains(in.out.String(), `change="web: +6 instances"`) {
+	// With no wait, the six registrations may land in several applies
+	// when the machine is busy; each must still say what it changed.
+	if !regexp.MustCompile(`applied over the runtime API, no reload.* change="web: \+\d+ instances?"`).MatchString(in.out.String()) {
 		t.Error("no log line says what the runtime update changed")
 	}
 }
