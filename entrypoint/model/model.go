@@ -205,6 +205,17 @@ type SourceStatus struct {
 	LastSuccess time.Time `json:"last_success,omitzero"`
 	LastError   string    `json:"last_error,omitempty"`
 	LastErrorAt time.Time `json:"last_error_at,omitzero"`
+	// Stale: the source has not answered within the time it promises (a
+	// blocking query's wait plus a margin); its last good data keeps
+	// serving. StaleReason says what has not answered since when.
+	Stale       bool   `json:"stale,omitempty"`
+	StaleReason string `json:"stale_reason,omitempty"`
+	// Held counts instances the source no longer reports that are kept
+	// until HeldUntil, because one snapshot removed too many at once
+	// (the removal guard); HoldsTotal counts such holds since start.
+	Held       int       `json:"held,omitempty"`
+	HeldUntil  time.Time `json:"held_until,omitzero"`
+	HoldsTotal uint64    `json:"holds_total,omitempty"`
 }
 
 // Reporter is a Source that says how it is doing.
