@@ -153,8 +153,18 @@ func New(opts Options) (*Applier, error) {
 func (a *Applier) setReady(err error) { a.ready.Store(&err) }
 
 // Ready is nil once every source has answered and a complete configuration
-// has been applied (/readyz).
-func (a *Applier) Ready() error { return *a.ready.Load() }
+// has been applied, and while no source is stale (/readyz).
+func (a *Applier) Ready() error {
+	if err := *a.ready.Load(); err != nil {
+		return err
+	}
+	for _, st := range a.Statuses() {
+		if st.Stale {
+			return fmt.Errorf("source %s is stale: %s; its last good data keeps serving", st.Name, st.StaleReason)
+		}
+	}
+	return nil
+}
 
 // Reload asks for a re-read of the template and a reload even when nothing
 // changed (SIGHUP). It does not block.
