@@ -52,6 +52,10 @@ type Config struct {
 	DockerNetwork    string        `envconfig:"DOCKER_NETWORK" desc:"Source 'docker': the network whose container address is used. Empty: a container's only network (one on several networks is left out, with a log line). DOCKER_HOST and the other Docker client variables configure the connection; only read calls are made."`
 	DockerRescan     time.Duration `envconfig:"DOCKER_RESCAN" default:"30s" desc:"Source 'docker': period of a full re-list of the containers, in case an event was missed."`
 	ConsulStale      bool          `envconfig:"CONSUL_STALE" default:"false" desc:"Source 'consul': allow stale reads from any Consul server instead of the leader; spreads the load of many load-balancer replicas."`
+
+	// The removal guard (entrypoint/discovery/guard).
+	RemovalGuard int           `envconfig:"REMOVAL_GUARD" default:"50" desc:"Percent (0–100) of a source's instances that one snapshot may remove at once: a larger removal, of more than one instance, is held for SEAMLESS_REMOVAL_HOLD with the instances in their last known state (a Consul restarted empty), then applied if the source still reports them gone. 100: held only when all go. 0 disables the guard."`
+	RemovalHold  time.Duration `envconfig:"REMOVAL_HOLD" default:"30s" desc:"How long a removal held by SEAMLESS_REMOVAL_GUARD waits for the source to confirm it (1s–1h); longer while the source is down."`
 }
 
 // Source names.
@@ -187,6 +191,14 @@ func (c *Config) validate() error {
 		default:
 			bad("CONSUL_HEALTH", "%q: %q is not one of passing, warning, critical, maintenance, any", c.ConsulHealth, st)
 		}
+	}
+
+	// The removal guard.
+	if c.RemovalGuard < 0 || c.RemovalGuard > 100 {
+		bad("REMOVAL_GUARD", "%d is outside 0–100", c.RemovalGuard)
+	}
+	if c.RemovalHold < time.Second || c.RemovalHold > time.Hour {
+		bad("REMOVAL_HOLD", "%s is outside 1s–1h", c.RemovalHold)
 	}
 	return errors.Join(errs...)
 }
