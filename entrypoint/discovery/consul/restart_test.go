@@ -140,9 +140,7 @@ func TestFrozenConsulIsReportedStale(t *testing.T) {
 	if st.Up || !strings.Contains(st.StaleReason, agent.Addr()) || !strings.Contains(st.StaleReason, "catalog") {
 		t.Errorf("status %+v: want down, and a reason naming the query and Consul's address", st)
 	}
-	if !strings.Contains(r.logged(), "stale") {
-		t.Errorf("no log line says the source is stale")
-	}
+	testenv.Eventually(t, promptly, "a warning", func() bool { return strings.Contains(r.logged(), "Consul is stale") })
 	if s, n := r.last(); n != sent || len(instances(s, "web")) != 1 {
 		t.Errorf("%d snapshots after the freeze (%d before), the last with %d instances: the last good data must stay",
 			n, sent, len(instances(s, "web")))
@@ -158,5 +156,45 @@ func TestFrozenConsulIsReportedStale(t *testing.T) {
 	r.waitFor("web-2 after the thaw", func(s model.Snapshot) bool { return len(instances(s, "web")) == 2 })
 	if !slices.ContainsFunc(strings.Split(r.logged(), "\n"), func(l string) bool { return strings.Contains(l, "answered again") }) {
 		t.Errorf("no log line says the query answers again")
+	}
+}
+
+// A Consul behind a proxy that stopped forwarding: connections open, no
+// answer. The source turns stale within its wait plus the margin, not
+// when a 5-minute wait runs out.
+func TestASilentConsulIsStaleAfterItsWaitAndMargin(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		calls int
+	)
+	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/catalog/node/") {
+			fmt.Fprint(w, `{"Node": {"Node": "a", "Datacenter": "dc9"}}`)
+			return
+		}
+		mu.Lock()
+		calls++
+		first := calls == 1
+		mu.Unlock()
+		if !first {
+			<-r.Context().Done()
+			return
+		}
+		w.Header().Set("X-Consul-Index", "100")
+		fmt.Fprint(w, `[{"Node": "a", "Services": [{"ID": "s", "Service": "s"}]}]`)
+	})
+	r := startSource(t, addr, Config{WaitTime: time.Second, Margin: 500 * time.Millisecond}, model.LocalCatalog)
+	r.waitFor("s", func(s model.Snapshot) bool { return len(instances(s, "s")) == 1 })
+	answered := time.Now()
+	testenv.Eventually(t, promptly, "stale", func() bool { return r.src.Status().Stale })
+	if d := time.Since(answered); d < time.Second {
+		t.Errorf("stale %s after the last answer, before its wait could have ended", d)
+	}
+	if reason := r.src.Status().StaleReason; !strings.Contains(reason, addr) || !strings.Contains(reason, "catalog") {
+		t.Errorf("reason %q does not name the query and Consul's address", reason)
+	}
+	testenv.Eventually(t, promptly, "a warning", func() bool { return strings.Contains(r.logged(), "Consul is stale") })
+	if s, _ := r.last(); len(instances(s, "s")) != 1 {
+		t.Error("the last good data is gone")
 	}
 }

@@ -41,7 +41,7 @@ func (s *Source) overdue(w *watch, now time.Time) string {
 		return ""
 	}
 	return fmt.Sprintf("no answer to %s from Consul at %s for %s (its requests answer within %s, plus a margin of %s)",
-		w.q, s.addr, d.Round(time.Second), s.staleAfter(w.q)-s.cfg.Margin, s.cfg.Margin)
+		w.q, s.addr, d.Round(100*time.Millisecond), s.staleAfter(w.q)-s.cfg.Margin, s.cfg.Margin)
 }
 
 // checkStale logs each watch that became overdue since the last check.
