@@ -50,12 +50,30 @@ func (f *fake) setUp(up bool) {
 	f.up = up
 }
 
+// lockedBuffer is the log, written by the guard and read by the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // rig runs a guard around a fake inside a synctest bubble.
 type rig struct {
 	t   *testing.T
 	src *fake
 	g   model.Source
-	log *bytes.Buffer
+	log *lockedBuffer
 
 	mu   sync.Mutex
 	last model.Snapshot
@@ -63,7 +81,7 @@ type rig struct {
 }
 
 func newRig(t *testing.T, o Options) *rig {
-	r := &rig{t: t, src: &fake{in: make(chan model.Snapshot), up: true}, log: &bytes.Buffer{}}
+	r := &rig{t: t, src: &fake{in: make(chan model.Snapshot), up: true}, log: &lockedBuffer{}}
 	o.Log = slog.New(slog.NewTextHandler(r.log, nil))
 	r.g = Wrap(r.src, o)
 	out := make(chan model.Snapshot)
