@@ -16,6 +16,7 @@ import (
 	"github.com/seamless-lb/seamless/entrypoint/discovery/consul"
 	"github.com/seamless-lb/seamless/entrypoint/discovery/docker"
 	"github.com/seamless-lb/seamless/entrypoint/discovery/file"
+	"github.com/seamless-lb/seamless/entrypoint/discovery/guard"
 	"github.com/seamless-lb/seamless/entrypoint/haproxy"
 	"github.com/seamless-lb/seamless/entrypoint/metrics"
 	"github.com/seamless-lb/seamless/entrypoint/model"
@@ -28,9 +29,18 @@ import (
 // SEAMLESS_STATE_DIR.
 const renderedName = "haproxy.cfg"
 
-// newSources builds the discovery sources of SEAMLESS_SOURCES, in order.
-// Their configuration errors surface here, before anything starts.
+// newSources builds the discovery sources of SEAMLESS_SOURCES, in order,
+// each behind the removal guard. Their configuration errors surface here,
+// before anything starts.
 func newSources(cfg *config.Config, log *slog.Logger) ([]model.Source, error) {
+	srcs, err := newRawSources(cfg, log)
+	for i, s := range srcs {
+		srcs[i] = guard.Wrap(s, guard.Options{Percent: cfg.RemovalGuard, Hold: cfg.RemovalHold, Log: log})
+	}
+	return srcs, err
+}
+
+func newRawSources(cfg *config.Config, log *slog.Logger) ([]model.Source, error) {
 	var out []model.Source
 	for _, name := range cfg.SourceList() {
 		switch name {
@@ -144,7 +154,7 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 	}
 	m.WatchSources(a.Statuses)
 	for _, s := range sources {
-		if c, ok := s.(*consul.Source); ok {
+		if c, ok := guard.Unwrap(s).(*consul.Source); ok {
 			m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "seamless_consul_requests_total",
 				Help: "HTTP requests made to Consul (blocking queries count once each): the cost of discovery, independent of the number of unchanged services.",

@@ -20,7 +20,8 @@ const runtimeUpdates = `seamless_runtime_updates_total{result="success"}`
 // one reload, still lossless.
 func TestScalingWithoutReloads(t *testing.T) {
 	r := newDiscoveryRig(t)
-	r.extraEnv = []string{"SEAMLESS_SERVER_SLOTS=8", "SEAMLESS_DRAIN_TIMEOUT=3s"}
+	// 8 → 2 removes 75 % at once: the removal guard holds it, briefly.
+	r.extraEnv = []string{"SEAMLESS_SERVER_SLOTS=8", "SEAMLESS_DRAIN_TIMEOUT=3s", "SEAMLESS_REMOVAL_HOLD=1s"}
 	c := r.consul.Client()
 	var names []string
 	for i := 1; i <= 9; i++ {

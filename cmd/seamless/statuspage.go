@@ -96,7 +96,8 @@ func sources(sts []model.SourceStatus) []status.Source {
 	out := make([]status.Source, 0, len(sts))
 	for _, s := range sts {
 		out = append(out, status.Source{Name: s.Name, Up: s.Up, LastSuccess: s.LastSuccess,
-			LastError: s.LastError, LastErrorAt: s.LastErrorAt})
+			LastError: s.LastError, LastErrorAt: s.LastErrorAt,
+			Stale: s.StaleReason, Held: s.Held, HeldUntil: s.HeldUntil})
 	}
 	return out
 }

@@ -163,8 +163,23 @@ func New(opts Options) (*Applier, error) {
 func (a *Applier) setReady(err error) { a.ready.Store(&err) }
 
 // Ready is nil once every source has answered and a complete configuration
-// has been applied (/readyz).
-func (a *Applier) Ready() error { return *a.ready.Load() }
+// has been applied (/readyz). A stale source then gives a *model.Degraded:
+// still ready, since its last good data keeps serving.
+func (a *Applier) Ready() error {
+	if err := *a.ready.Load(); err != nil {
+		return err
+	}
+	var stale []string
+	for _, st := range a.Statuses() {
+		if st.Stale {
+			stale = append(stale, fmt.Sprintf("source %s is stale: %s", st.Name, st.StaleReason))
+		}
+	}
+	if len(stale) > 0 {
+		return &model.Degraded{Reason: strings.Join(stale, "; ") + "; its last good data keeps serving"}
+	}
+	return nil
+}
 
 // Reload asks for a re-read of the template and a reload even when nothing
 // changed (SIGHUP). It does not block.

@@ -54,6 +54,10 @@ type Config struct {
 	DockerNetwork    string        `envconfig:"DOCKER_NETWORK" desc:"Source 'docker': the network whose container address is used. Empty: a container's only network (one on several networks is left out, with a log line). DOCKER_HOST and the other Docker client variables configure the connection; only read calls are made."`
 	DockerRescan     time.Duration `envconfig:"DOCKER_RESCAN" min:"1s" max:"24h" default:"30s" desc:"Source 'docker': period of a full re-list of the containers, in case an event was missed."`
 	ConsulStale      bool          `envconfig:"CONSUL_STALE" default:"false" desc:"Source 'consul': allow stale reads from any Consul server instead of the leader; spreads the load of many load-balancer replicas."`
+
+	// The removal guard (entrypoint/discovery/guard).
+	RemovalGuard int           `envconfig:"REMOVAL_GUARD" min:"0" max:"100" default:"50" desc:"Percent of a source's instances that one snapshot may remove at once: a larger removal, of more than one instance, is held for SEAMLESS_REMOVAL_HOLD with the instances in their last known state (a Consul restarted empty), then applied if the source still reports them gone. 100: held only when all go. 0 disables the guard."`
+	RemovalHold  time.Duration `envconfig:"REMOVAL_HOLD" min:"1s" max:"1h" default:"30s" desc:"How long a removal held by SEAMLESS_REMOVAL_GUARD waits for the source to confirm it; longer while the source is down."`
 }
 
 // Source names.

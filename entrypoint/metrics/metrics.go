@@ -141,6 +141,12 @@ var (
 		"Unix time of the last successful read of the discovery source.", []string{"source"}, nil)
 	sourceErrorDesc = prometheus.NewDesc("seamless_source_last_error_timestamp_seconds",
 		"Unix time of the last failed read of the discovery source (the error is on /status and in the log).", []string{"source"}, nil)
+	sourceStaleDesc = prometheus.NewDesc("seamless_source_stale",
+		"1 when the source has not answered within its wait plus a margin; its last good data keeps serving.", []string{"source"}, nil)
+	sourceHeldDesc = prometheus.NewDesc("seamless_source_held_instances",
+		"Instances the source no longer reports that are kept until the removal is confirmed (SEAMLESS_REMOVAL_GUARD).", []string{"source"}, nil)
+	sourceHoldsDesc = prometheus.NewDesc("seamless_source_removal_holds_total",
+		"Snapshots whose removal of too many instances at once was held (SEAMLESS_REMOVAL_GUARD).", []string{"source"}, nil)
 )
 
 type sourceCollector func() []model.SourceStatus
@@ -149,6 +155,9 @@ func (c sourceCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sourceUpDesc
 	ch <- sourceSuccessDesc
 	ch <- sourceErrorDesc
+	ch <- sourceStaleDesc
+	ch <- sourceHeldDesc
+	ch <- sourceHoldsDesc
 }
 
 func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
@@ -158,6 +167,13 @@ func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
 			up = 1
 		}
 		ch <- prometheus.MustNewConstMetric(sourceUpDesc, prometheus.GaugeValue, up, s.Name)
+		stale := 0.0
+		if s.Stale {
+			stale = 1
+		}
+		ch <- prometheus.MustNewConstMetric(sourceStaleDesc, prometheus.GaugeValue, stale, s.Name)
+		ch <- prometheus.MustNewConstMetric(sourceHeldDesc, prometheus.GaugeValue, float64(s.Held), s.Name)
+		ch <- prometheus.MustNewConstMetric(sourceHoldsDesc, prometheus.CounterValue, float64(s.HoldsTotal), s.Name)
 		if !s.LastSuccess.IsZero() {
 			ch <- prometheus.MustNewConstMetric(sourceSuccessDesc, prometheus.GaugeValue,
 				float64(s.LastSuccess.UnixNano())/1e9, s.Name)

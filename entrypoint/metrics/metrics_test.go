@@ -33,3 +33,31 @@ seamless_source_up{source="file"} 1
 		t.Error(err)
 	}
 }
+
+func TestStaleSourcesAndHeldRemovalsAreExported(t *testing.T) {
+	m := New()
+	m.WatchSources(func() []model.SourceStatus {
+		return []model.SourceStatus{
+			{Name: "consul", Stale: true, Held: 3, HoldsTotal: 2},
+			{Name: "file", Up: true},
+		}
+	})
+	want := `
+# HELP seamless_source_held_instances Instances the source no longer reports that are kept until the removal is confirmed (SEAMLESS_REMOVAL_GUARD).
+# TYPE seamless_source_held_instances gauge
+seamless_source_held_instances{source="consul"} 3
+seamless_source_held_instances{source="file"} 0
+# HELP seamless_source_removal_holds_total Snapshots whose removal of too many instances at once was held (SEAMLESS_REMOVAL_GUARD).
+# TYPE seamless_source_removal_holds_total counter
+seamless_source_removal_holds_total{source="consul"} 2
+seamless_source_removal_holds_total{source="file"} 0
+# HELP seamless_source_stale 1 when the source has not answered within its wait plus a margin; its last good data keeps serving.
+# TYPE seamless_source_stale gauge
+seamless_source_stale{source="consul"} 1
+seamless_source_stale{source="file"} 0
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want),
+		"seamless_source_stale", "seamless_source_held_instances", "seamless_source_removal_holds_total"); err != nil {
+		t.Error(err)
+	}
+}

@@ -211,6 +211,17 @@ type SourceStatus struct {
 	LastSuccess time.Time `json:"last_success,omitzero"`
 	LastError   string    `json:"last_error,omitempty"`
 	LastErrorAt time.Time `json:"last_error_at,omitzero"`
+	// Stale: the source has not answered within the time it promises (a
+	// blocking query's wait plus a margin); its last good data keeps
+	// serving. StaleReason says what has not answered since when.
+	Stale       bool   `json:"stale,omitempty"`
+	StaleReason string `json:"stale_reason,omitempty"`
+	// Held counts instances the source no longer reports that are kept
+	// until HeldUntil, because one snapshot removed too many at once
+	// (the removal guard); HoldsTotal counts such holds since start.
+	Held       int       `json:"held,omitempty"`
+	HeldUntil  time.Time `json:"held_until,omitzero"`
+	HoldsTotal uint64    `json:"holds_total,omitempty"`
 }
 
 // Reporter is a Source that says how it is doing.
@@ -321,3 +332,12 @@ func DiffInstances(before, after []Instance) (added, removed, changed int) {
 	}
 	return added, removed + len(old), changed
 }
+
+// Degraded is a readiness answer that still counts as ready: traffic is
+// served as configured, but something an operator should know is wrong (a
+// source is stale). /readyz answers 200 and names it, since taking every
+// replica out of rotation because their shared Consul froze would turn a
+// stale catalog into an outage.
+type Degraded struct{ Reason string }
+
+func (d *Degraded) Error() string { return d.Reason }

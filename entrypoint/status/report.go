@@ -58,6 +58,13 @@ type Source struct {
 	LastSuccess time.Time `json:"last_success,omitzero"`
 	LastError   string    `json:"last_error,omitempty"`
 	LastErrorAt time.Time `json:"last_error_at,omitzero"`
+	// Stale, when set, says why the source is stale: it has not answered
+	// within its wait plus a margin, and its last good data serves.
+	Stale string `json:"stale,omitempty"`
+	// Held instances are gone from the source but kept until HeldUntil:
+	// one snapshot removed too many at once (SEAMLESS_REMOVAL_GUARD).
+	Held      int       `json:"held,omitempty"`
+	HeldUntil time.Time `json:"held_until,omitzero"`
 }
 
 // Apply is one rendering of the sources and what became of it.

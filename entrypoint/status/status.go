@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
 )
 
 // Server is the status listener.
@@ -117,7 +119,13 @@ func (s *Server) Run(ctx context.Context) error {
 func probe(check func() error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if err := check(); err != nil {
+		err := check()
+		var degraded *model.Degraded
+		if errors.As(err, &degraded) {
+			fmt.Fprintln(w, "ok, degraded:", degraded)
+			return
+		}
+		if err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintln(w, err)
 			return

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/seamless-lb/seamless/entrypoint/metrics"
+	"github.com/seamless-lb/seamless/entrypoint/model"
 )
 
 func get(t *testing.T, url string) (int, string) {
@@ -26,7 +27,7 @@ func get(t *testing.T, url string) (int, string) {
 
 func TestEndpoints(t *testing.T) {
 	m := metrics.New()
-	var down, unready atomic.Bool
+	var down, unready, stale atomic.Bool
 	unready.Store(true)
 	srv, err := Listen("127.0.0.1:0", m.Registry, func() error {
 		if down.Load() {
@@ -36,6 +37,9 @@ func TestEndpoints(t *testing.T) {
 	}, func() error {
 		if unready.Load() {
 			return errors.New("source consul has not answered yet")
+		}
+		if stale.Load() {
+			return &model.Degraded{Reason: "source consul is stale"}
 		}
 		return nil
 	}, nil)
@@ -61,6 +65,10 @@ func TestEndpoints(t *testing.T) {
 	unready.Store(false)
 	if code, body := get(t, base+"/readyz"); code != 200 {
 		t.Errorf("ready: %d %q", code, body)
+	}
+	stale.Store(true)
+	if code, body := get(t, base+"/readyz"); code != 200 || !strings.Contains(body, "degraded: source consul is stale") {
+		t.Errorf("degraded is still ready, and says why: %d %q", code, body)
 	}
 	down.Store(true)
 	if code, body := get(t, base+"/healthz"); code != 503 || !strings.Contains(body, "master exited") {

@@ -197,6 +197,34 @@ func (a *ConsulAgent) stop() error {
 	return err
 }
 
+// Wipe deletes the stopped agent's data: the next Start is a Consul that
+// restarted empty, on the same ports.
+func (a *ConsulAgent) Wipe() {
+	a.t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cmd != nil {
+		a.t.Fatal("consul is running; stop it before wiping its data")
+	}
+	if err := os.RemoveAll(a.dir); err != nil {
+		a.t.Fatal(err)
+	}
+}
+
+// Signal sends sig to the running agent (SIGSTOP freezes it, SIGCONT
+// wakes it).
+func (a *ConsulAgent) Signal(sig syscall.Signal) {
+	a.t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cmd == nil {
+		a.t.Fatal("consul is not running")
+	}
+	if err := a.cmd.Process.Signal(sig); err != nil {
+		a.t.Fatal(err)
+	}
+}
+
 // kill ends the agent at once, if it runs.
 func (a *ConsulAgent) kill() {
 	a.mu.Lock()

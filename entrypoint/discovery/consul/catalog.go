@@ -77,7 +77,7 @@ type catalogFetcher struct {
 	s      *Source
 	dc     string // "" = the agent's
 	dcName string // the datacenter's name, once known
-	index  uint64
+	cur    cursor
 	last   model.Result
 	have   bool
 	// public replaces the node dump once it answered 404.
@@ -88,7 +88,7 @@ func (f *catalogFetcher) fetch(ctx context.Context) (model.Result, error) {
 	if f.public != nil {
 		return f.public.fetch(ctx)
 	}
-	opts, cancel := f.s.queryOptions(ctx, f.dc, f.index)
+	opts, cancel := f.s.queryOptions(ctx, f.dc, f.cur.wait())
 	defer cancel()
 	var dump []*nodeInfo
 	meta, err := f.s.client.Raw().Query(nodeDumpPath, &dump, opts)
@@ -100,17 +100,18 @@ func (f *catalogFetcher) fetch(ctx context.Context) (model.Result, error) {
 		return f.public.fetch(ctx)
 	}
 	if err != nil {
+		f.cur.failed()
 		return model.Result{}, err
-	}
-	if f.have && meta.LastIndex == f.index {
-		return f.last, nil // the wait ran out; nothing changed
 	}
 	if f.dcName == "" {
 		if f.dcName, err = f.datacenterOf(ctx, dump); err != nil {
+			f.cur.failed()
 			return model.Result{}, err
 		}
 	}
-	f.index = nextIndex(f.index, meta.LastIndex)
+	if !f.cur.answered(meta.LastIndex, f.s, model.Query{Kind: model.QueryCatalog, Datacenter: f.dc}.String()) && f.have {
+		return f.last, nil // the wait ran out; nothing changed
+	}
 	if meta.ResultsFilteredByACLs && !f.have {
 		f.s.log.Warn("the token may not read all of the catalog; Consul left out what it may not read",
 			"datacenter", f.dcName)

@@ -21,7 +21,11 @@ const Name = "consul"
 
 const (
 	// DefaultWaitTime is how long a blocking query waits for a change.
-	DefaultWaitTime = 5 * time.Minute
+	// It is also how long a frozen Consul goes unnoticed (plus the
+	// margin), so it is kept short: one cheap request a minute.
+	DefaultWaitTime = time.Minute
+	// DefaultMargin is how much longer than its wait a request may take.
+	DefaultMargin = 15 * time.Second
 	// maxWaitTime is Consul's own limit: it caps longer waits silently.
 	maxWaitTime = 10 * time.Minute
 )
@@ -42,6 +46,10 @@ type Config struct {
 	// WaitTime is how long a blocking query waits for a change before it
 	// is issued again; 0 means DefaultWaitTime. Consul caps it at 10m.
 	WaitTime time.Duration
+	// Margin is how much longer than its wait (and Consul's jitter of up
+	// to wait/16) a request may take: its deadline, and past it without an
+	// answer the source is stale. 0 means DefaultMargin; tests shorten it.
+	Margin time.Duration
 	// API is the base of the client's configuration; nil means
 	// api.DefaultConfig(), which reads Consul's environment variables.
 	// It is copied, not changed.
@@ -102,6 +110,12 @@ func New(cfg Config, log *slog.Logger) (*Source, error) {
 		return nil, fmt.Errorf("consul: wait time %s is longer than Consul's limit of %s", cfg.WaitTime, maxWaitTime)
 	case cfg.WaitTime == 0:
 		cfg.WaitTime = DefaultWaitTime
+	}
+	switch {
+	case cfg.Margin < 0:
+		return nil, fmt.Errorf("consul: margin %s is negative", cfg.Margin)
+	case cfg.Margin == 0:
+		cfg.Margin = DefaultMargin
 	}
 
 	var ac api.Config
@@ -197,7 +211,7 @@ func (s *Source) syncWatchesLocked() {
 			continue
 		}
 		ctx, cancel := context.WithCancel(s.runCtx)
-		w := &watch{q: q, cancel: cancel, f: s.newFetcher(q)}
+		w := &watch{q: q, cancel: cancel, f: s.newFetcher(q), answered: time.Now()}
 		s.watches[q] = w
 		s.wg.Go(func() { s.runWatch(ctx, w) })
 	}
@@ -234,10 +248,14 @@ func (s *Source) Run(ctx context.Context, out chan<- model.Snapshot) {
 		pending model.Snapshot
 		outc    chan<- model.Snapshot // out while pending waits, else nil
 	)
+	tick := time.NewTicker(min(max(s.cfg.Margin/4, 50*time.Millisecond), 5*time.Second))
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-tick.C:
+			s.checkStale(time.Now())
 		case <-s.changed:
 			snap, ready := s.snapshot(sent)
 			if !ready {

@@ -69,5 +69,15 @@
 // newest state, and no watch ever waits for it. Index handling follows
 // Consul's advice for blocking queries: an index that goes backwards (a
 // restored or restarted server, a stale read from another server) starts
-// the watch over, and an index of 0 is never waited on.
+// the watch over and is logged, an index of 0 is never waited on, and the
+// request after a failure reads at once rather than block on an index that
+// a Consul restarted with less data would not reach for a long time.
+//
+// # Staleness
+//
+// A blocking query waits at most Config.WaitTime (1 minute), plus Consul's
+// jitter of up to 1/16; every request's deadline adds Config.Margin (15 s).
+// A query that has not answered within that makes the source stale:
+// Status says which query and since when, a warning is logged, and the
+// last good answer keeps serving.
 package consul

@@ -33,8 +33,14 @@ var wakePaths = [...]string{"/v1/catalog/nodes", "/v1/catalog/services", "/v1/he
 func (p *publicCatalog) fetch(ctx context.Context) (model.Result, error) {
 	if p.listed {
 		changed, err := p.wait(ctx)
-		if err != nil || !changed {
+		if err != nil {
+			// Read afresh next time: a Consul that came back with less
+			// data would hold the old indexes until the wait ran out.
+			p.listed = false
 			return p.last, err
+		}
+		if !changed {
+			return p.last, nil
 		}
 	}
 	r, err := p.list(ctx)
@@ -79,6 +85,16 @@ func (p *publicCatalog) wait(ctx context.Context) (bool, error) {
 	return a.err == nil && a.index != p.index[a.i], a.err
 }
 
+// fresh is the index to wait on for wake path i after a listing answered
+// got: the listing is current, whatever the earlier index was.
+func (p *publicCatalog) fresh(i int, got uint64) uint64 {
+	if prev := p.index[i]; got < prev {
+		p.s.log.Warn("Consul's index went backwards (restarted with less data, or another server answered): starting the query over",
+			"query", wakePaths[i], "consul", p.s.addr, "from", prev, "to", got)
+	}
+	return nextIndex(0, got)
+}
+
 // list reads the whole catalog: nodes, service names, then each service
 // with its checks.
 func (p *publicCatalog) list(ctx context.Context) (model.Result, error) {
@@ -90,12 +106,12 @@ func (p *publicCatalog) list(ctx context.Context) (model.Result, error) {
 	if err != nil {
 		return model.Result{}, fmt.Errorf("listing nodes: %w", err)
 	}
-	idx[0] = nextIndex(p.index[0], meta.LastIndex)
+	idx[0] = p.fresh(0, meta.LastIndex)
 	services, meta, err := p.s.client.Catalog().Services(opts)
 	if err != nil {
 		return model.Result{}, fmt.Errorf("listing services: %w", err)
 	}
-	idx[1] = nextIndex(p.index[1], meta.LastIndex)
+	idx[1] = p.fresh(1, meta.LastIndex)
 	// The check index is only needed to wait on: an answer filtered to no
 	// check at all keeps the body small.
 	chkOpts := *opts
@@ -104,7 +120,7 @@ func (p *publicCatalog) list(ctx context.Context) (model.Result, error) {
 	if err != nil {
 		return model.Result{}, fmt.Errorf("listing checks: %w", err)
 	}
-	idx[2] = nextIndex(p.index[2], meta.LastIndex)
+	idx[2] = p.fresh(2, meta.LastIndex)
 
 	byNode := map[string]*nodeInfo{}
 	var dump []*nodeInfo

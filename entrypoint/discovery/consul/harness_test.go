@@ -3,7 +3,10 @@ package consul
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +30,7 @@ type running struct {
 
 	mu    sync.Mutex
 	snaps []model.Snapshot
+	logs  strings.Builder // everything the source logged
 }
 
 // startSource runs a source for cfg against the Consul at addr, given as
@@ -37,13 +41,16 @@ func startSource(t testing.TB, addr string, cfg Config, queries ...model.Query) 
 	t.Setenv("CONSUL_HTTP_ADDR", addr)
 	t.Setenv("CONSUL_HTTP_TOKEN", "")
 	t.Setenv("CONSUL_HTTP_TOKEN_FILE", "")
-	src, err := New(cfg, testLogger(t))
+	r := &running{t: t, done: make(chan struct{})}
+	log := slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{t}, lockedWriter{&r.mu, &r.logs}),
+		&slog.HandlerOptions{Level: slog.LevelDebug}))
+	src, err := New(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	src.Want(queries)
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{t: t, src: src, cancel: cancel, done: make(chan struct{})}
+	r.src, r.cancel = src, cancel
 	out := make(chan model.Snapshot)
 	go func() {
 		defer close(r.done)
@@ -83,6 +90,24 @@ func (r *running) last() (model.Snapshot, int) {
 		return model.Snapshot{}, 0
 	}
 	return r.snaps[len(r.snaps)-1], len(r.snaps)
+}
+
+// logged returns what the source has logged so far.
+func (r *running) logged() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.logs.String()
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // history returns every snapshot sent so far.

@@ -17,13 +17,13 @@ type kvFetcher struct {
 	dc     string
 	key    string
 	prefix bool
-	index  uint64
+	cur    cursor
 	last   model.Result
 	have   bool
 }
 
 func (f *kvFetcher) fetch(ctx context.Context) (model.Result, error) {
-	opts, cancel := f.s.queryOptions(ctx, f.dc, f.index)
+	opts, cancel := f.s.queryOptions(ctx, f.dc, f.cur.wait())
 	defer cancel()
 	var (
 		pairs api.KVPairs
@@ -40,12 +40,16 @@ func (f *kvFetcher) fetch(ctx context.Context) (model.Result, error) {
 		}
 	}
 	if err != nil {
+		f.cur.failed()
 		return model.Result{}, err
 	}
-	if f.have && meta.LastIndex == f.index {
+	kind := model.QueryKey
+	if f.prefix {
+		kind = model.QueryPrefix
+	}
+	if !f.cur.answered(meta.LastIndex, f.s, model.Query{Kind: kind, Datacenter: f.dc, Key: f.key}.String()) && f.have {
 		return f.last, nil
 	}
-	f.index = nextIndex(f.index, meta.LastIndex)
 	r := model.Result{Pairs: []model.KVPair{}}
 	for _, p := range pairs {
 		if p == nil {

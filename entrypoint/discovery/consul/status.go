@@ -3,8 +3,11 @@ package consul
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"reflect"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -19,8 +22,41 @@ func (s *Source) Status() model.SourceStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.status
-	st.Up = s.runCtx != nil && !st.LastSuccess.IsZero() && len(s.failing) == 0
+	var overdue []string
+	now := time.Now()
+	for _, q := range slices.SortedFunc(maps.Keys(s.watches), func(a, b model.Query) int { return strings.Compare(a.String(), b.String()) }) {
+		if r := s.overdue(s.watches[q], now); r != "" {
+			overdue = append(overdue, r)
+		}
+	}
+	st.Stale, st.StaleReason = len(overdue) > 0, strings.Join(overdue, "; ")
+	st.Up = s.runCtx != nil && !st.LastSuccess.IsZero() && len(s.failing) == 0 && !st.Stale
 	return st
+}
+
+// overdue says why w is stale at now, or "". s.mu is held.
+func (s *Source) overdue(w *watch, now time.Time) string {
+	d := now.Sub(w.answered)
+	if d <= s.staleAfter(w.q) {
+		return ""
+	}
+	return fmt.Sprintf("no answer to %s from Consul at %s for %s (its requests answer within %s, plus a margin of %s)",
+		w.q, s.addr, d.Round(100*time.Millisecond), s.staleAfter(w.q)-s.cfg.Margin, s.cfg.Margin)
+}
+
+// checkStale logs each watch that became overdue since the last check.
+func (s *Source) checkStale(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range s.watches {
+		if w.stale {
+			continue
+		}
+		if r := s.overdue(w, now); r != "" {
+			w.stale = true
+			s.log.Warn("Consul is stale: "+r+"; its last good data keeps serving", "query", w.q.String())
+		}
+	}
 }
 
 // succeeded records w's answer r; it is dropped if w was stopped meanwhile.
@@ -35,6 +71,11 @@ func (s *Source) succeeded(w *watch, r model.Result) {
 		s.log.Info("query answered again", "query", w.q.String())
 	}
 	s.status.LastSuccess = time.Now()
+	w.answered = s.status.LastSuccess
+	if w.stale {
+		w.stale = false
+		s.log.Info("Consul answered again; the source is fresh", "query", w.q.String())
+	}
 	first := !s.tried[w.q]
 	s.tried[w.q] = true
 	if old, ok := s.results[w.q]; !ok || !reflect.DeepEqual(old, r) {

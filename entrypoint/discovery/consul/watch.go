@@ -14,10 +14,6 @@ const (
 	// minInterval is the shortest time between two requests of one watch
 	// after a success: a burst of changes is read once, not once each.
 	minInterval = 100 * time.Millisecond
-	// requestSlack is added to a blocking query's wait for its deadline
-	// (Consul adds up to wait/16 of jitter), and is the deadline of a
-	// request that does not block.
-	requestSlack = 30 * time.Second
 )
 
 // watch answers one query for as long as it is wanted.
@@ -25,6 +21,10 @@ type watch struct {
 	q      model.Query
 	cancel context.CancelFunc
 	f      fetcher
+	// answered is when the query last succeeded (or the watch started);
+	// stale, that it is overdue and was logged so. Both under Source.mu.
+	answered time.Time
+	stale    bool
 }
 
 // fetcher reads one query. Its first fetch answers at once; every later one
@@ -95,14 +95,28 @@ func newBackoff() *backoff.Backoff { return backoff.New(250*time.Millisecond, 10
 // and for a blocking query (index > 0) the index and wait. The context
 // bounds the request, so a silent network cannot hold a watch forever.
 func (s *Source) queryOptions(ctx context.Context, dc string, index uint64) (*api.QueryOptions, context.CancelFunc) {
-	timeout := requestSlack
+	timeout := s.cfg.Margin
 	q := &api.QueryOptions{Datacenter: dc, AllowStale: s.cfg.Stale}
 	if index > 0 {
 		q.WaitIndex, q.WaitTime = index, s.cfg.WaitTime
-		timeout += s.cfg.WaitTime + s.cfg.WaitTime/16
+		timeout += s.maxWait()
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	return q.WithContext(ctx), cancel
+}
+
+// maxWait is the longest a blocking query may take to answer: its wait
+// and Consul's jitter of up to wait/16.
+func (s *Source) maxWait() time.Duration { return s.cfg.WaitTime + s.cfg.WaitTime/16 }
+
+// staleAfter is how long q may go without an answer before the source is
+// stale: the longest wait of its requests (a poll's period for the list
+// of datacenters) plus the margin.
+func (s *Source) staleAfter(q model.Query) time.Duration {
+	if q.Kind == model.QueryDatacenters {
+		return s.dcPoll + s.cfg.Margin
+	}
+	return s.maxWait() + s.cfg.Margin
 }
 
 // nextIndex is the index to wait on after an answer with index got to a
@@ -116,4 +130,39 @@ func nextIndex(prev, got uint64) uint64 {
 		return 1
 	}
 	return got
+}
+
+// cursor is where a blocking query stands, kept by Consul's rules for
+// blocking queries: after a failure read afresh (index 0), since a Consul
+// that restarted with less data may never reach the old index again and
+// would hold the query until its wait ran out; when an answer's index went
+// backwards, start over.
+type cursor struct {
+	index  uint64 // to wait on; 0 reads at once
+	seen   uint64 // the index of the last answer; 0 before the first
+	reread bool   // the last request failed
+}
+
+// wait is the index the next request waits on.
+func (c *cursor) wait() uint64 {
+	if c.reread {
+		return 0
+	}
+	return c.index
+}
+
+// failed: the next request reads afresh.
+func (c *cursor) failed() { c.reread = true }
+
+// answered takes the index of an answer. It reports whether the answer
+// can differ from the previous one, and logs an index that went backwards.
+func (c *cursor) answered(got uint64, s *Source, what string) (changed bool) {
+	changed = c.seen == 0 || got != c.seen
+	if c.seen != 0 && got < c.seen {
+		s.log.Warn("Consul's index went backwards (restarted with less data, or another server answered): starting the query over",
+			"query", what, "consul", s.addr, "from", c.seen, "to", got)
+	}
+	c.index = nextIndex(c.wait(), got)
+	c.seen, c.reread = got, false
+	return changed
 }

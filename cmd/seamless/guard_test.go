@@ -1,0 +1,75 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/seamless-lb/seamless/internal/testenv"
+)
+
+// held is the removal guard's gauge for the Consul source.
+const held = `seamless_source_held_instances{source="consul"}`
+
+// TestConsulRestartedEmptyHoldsTheRemoval is the field test's outage:
+// Consul restarts empty under load. seamless reads the new Consul at once
+// (its index went backwards), keeps the three instances Consul no longer
+// lists while SEAMLESS_REMOVAL_HOLD runs, so that no request fails, and
+// applies the removal when the hold ends and Consul, up, still does not
+// list them.
+func TestConsulRestartedEmptyHoldsTheRemoval(t *testing.T) {
+	r := newDiscoveryRig(t)
+	c := r.consul.Client()
+	for _, n := range []string{"web1", "web2", "web3"} {
+		r.ports[n] = namedBackend(t, n)
+		registerExternal(t, c, n, "web", r.ports[n], api.HealthPassing, r.hostTag)
+	}
+	r.extraEnv = []string{"SEAMLESS_REMOVAL_HOLD=8s"}
+	in := r.start(t)
+	r.eventuallyServedBy(t, "127.0.0.1", "web1", "web2", "web3")
+	loads := startLoadOn(t, r.http, time.Minute)
+
+	r.consul.Stop()
+	r.consul.Wipe()
+	r.consul.Start()
+	restarted := time.Now()
+	// Not fatal at once: without the guard the load shows the outage.
+	isHeld := false
+	for deadline := time.Now().Add(10 * time.Second); !isHeld && time.Now().Before(deadline); {
+		if isHeld = in.metric(held) == 3; !isHeld {
+			time.Sleep(50 * time.Millisecond) // polling interval
+		}
+	}
+	if isHeld {
+		t.Logf("held %s after Consul came back empty", time.Since(restarted).Round(time.Millisecond))
+		if got := servedBy(r.http, "127.0.0.1", 12); len(got) != 3 || got["web1"] == 0 || got["web2"] == 0 || got["web3"] == 0 {
+			t.Errorf("during the hold: served by %v, want web1, web2 and web3", got)
+		}
+	}
+	for _, l := range loads {
+		requireNoFailures(t, "load while Consul restarts empty", l.Stop())
+	}
+	if !isHeld {
+		t.Fatalf("%s never reached 3 within 10 s of the restart", held)
+	}
+
+	testenv.Eventually(t, 20*time.Second, "the removal applied once the hold ends", func() bool {
+		code, _ := getHost(r.http, "127.0.0.1", "/")
+		return code == 503
+	})
+	if n := in.metric(held); n != 0 {
+		t.Errorf("%s = %v after the hold", held, n)
+	}
+	if n := in.metric(`seamless_source_removal_holds_total{source="consul"}`); n != 1 {
+		t.Errorf("%v holds counted, want 1", n)
+	}
+	out := in.out.String()
+	// held=3, or 4 when Consul was read before it registered its own
+	// node again.
+	for _, want := range []string{"index went backwards", "dropped too many instances at once", "source=consul", "until=", "removal applied"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log does not say %q", want)
+		}
+	}
+}

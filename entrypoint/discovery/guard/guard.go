@@ -1,0 +1,301 @@
+// Package guard holds back a mass disappearance: a source that reports in
+// one snapshot that most of its instances are gone is more often a source
+// that lost its data (a Consul restarted empty, a services directory
+// half-copied) than a real scale-down. The removal is held for a
+// confirmation period while the instances keep their last known state;
+// everything else in the snapshot (additions, health, addresses) applies
+// at once. If the source still says they are gone when the period ends,
+// they go: a deliberate scale to zero still works, only later.
+package guard
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+)
+
+// Options configure a guard.
+type Options struct {
+	// Percent: a snapshot that removes more than this share of a
+	// catalog's instances, and more than one, has its removal held; 100
+	// holds only when every instance goes. 0 disables the guard.
+	Percent int
+	// Hold is how long a removal is held before it is applied.
+	Hold time.Duration
+	Log  *slog.Logger
+}
+
+// Guard is a model.Source around another one.
+type Guard struct {
+	src  model.Source
+	opts Options
+	log  *slog.Logger
+
+	mu    sync.Mutex // guards held and holds, read by Status
+	held  map[key]*held
+	holds uint64
+
+	// Owned by Run.
+	sent map[model.Query]*model.Catalog // the catalogs last passed on
+}
+
+// key names an instance: IDs are unique within a service of a source.
+type key struct {
+	q        model.Query
+	name, id string
+}
+
+// held is an instance the source no longer reports, kept until until.
+type held struct {
+	in    model.Instance
+	node  *model.Node // its node, when the catalog lists it
+	until time.Time
+}
+
+var (
+	_ model.Source   = (*Guard)(nil)
+	_ model.Wanter   = (*Guard)(nil)
+	_ model.Reporter = (*Guard)(nil)
+)
+
+// Wrap returns src behind a guard; with Percent 0, src itself.
+func Wrap(src model.Source, o Options) model.Source {
+	if o.Percent <= 0 {
+		return src
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Guard{src: src, opts: o, log: o.Log.With("component", "discovery", "source", src.Name()),
+		held: map[key]*held{}, sent: map[model.Query]*model.Catalog{}}
+}
+
+// Unwrap returns the source behind a guard, or s itself.
+func Unwrap(s model.Source) model.Source {
+	if g, ok := s.(*Guard); ok {
+		return g.src
+	}
+	return s
+}
+
+// Name is the wrapped source's.
+func (g *Guard) Name() string { return g.src.Name() }
+
+// Want passes the queries on to a source that takes them.
+func (g *Guard) Want(qs []model.Query) {
+	if w, ok := g.src.(model.Wanter); ok {
+		w.Want(qs)
+	}
+}
+
+// Status is the wrapped source's, with what the guard holds. A source
+// that cannot say how it is doing counts as up.
+func (g *Guard) Status() model.SourceStatus {
+	st := g.inner()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st.Held, st.HeldUntil, st.HoldsTotal = len(g.held), g.lastUntilLocked(), g.holds
+	return st
+}
+
+func (g *Guard) inner() model.SourceStatus {
+	if r, ok := g.src.(model.Reporter); ok {
+		return r.Status()
+	}
+	return model.SourceStatus{Name: g.src.Name(), Up: true}
+}
+
+func (g *Guard) lastUntilLocked() time.Time {
+	var t time.Time
+	for _, h := range g.held {
+		if h.until.After(t) {
+			t = h.until
+		}
+	}
+	return t
+}
+
+func (g *Guard) firstUntil() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var t time.Time
+	for _, h := range g.held {
+		if t.IsZero() || h.until.Before(t) {
+			t = h.until
+		}
+	}
+	return t
+}
+
+// Run runs the wrapped source and passes its snapshots on, with the
+// instances held back added, following model.Source's contract: only the
+// newest is passed on when out is slow.
+func (g *Guard) Run(ctx context.Context, out chan<- model.Snapshot) {
+	in := make(chan model.Snapshot)
+	var wg sync.WaitGroup
+	wg.Go(func() { g.src.Run(ctx, in) })
+	defer wg.Wait()
+
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var (
+		latest  model.Snapshot // the source's newest
+		have    bool
+		pending model.Snapshot
+		outc    chan<- model.Snapshot // out while pending waits, else nil
+		due     time.Time
+	)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case s := <-in:
+			latest, have = s, true
+			g.hold(s, time.Now())
+			pending, outc = g.compose(s), out
+		case <-timer.C:
+			due = time.Time{}
+			if g.expire(time.Now()) && have {
+				pending, outc = g.compose(latest), out
+			}
+		case outc <- pending:
+			pending, outc = model.Snapshot{}, nil
+		}
+		if next := g.firstUntil(); !next.Equal(due) {
+			due = next
+			timer.Stop()
+			if !due.IsZero() {
+				timer.Reset(max(time.Until(due), 0))
+			}
+		}
+	}
+}
+
+// hold compares s with what was passed on last: held instances that s
+// reports again are released, and a removal of too many at once is held.
+func (g *Guard) hold(s model.Snapshot, now time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for k := range g.held {
+		r, ok := s.Results[k.q]
+		if !ok || r.Catalog == nil || slices.ContainsFunc(r.Catalog.Instances, k.is) {
+			delete(g.held, k) // back, or the query is no longer asked
+		}
+	}
+	for q, r := range s.Results {
+		prev := g.sent[q]
+		if r.Catalog == nil || prev == nil {
+			continue
+		}
+		present := map[key]bool{}
+		for _, in := range r.Catalog.Instances {
+			present[key{q, in.Name, in.ID}] = true
+		}
+		var gone []model.Instance
+		for _, in := range prev.Instances {
+			k := key{q, in.Name, in.ID}
+			if !present[k] && g.held[k] == nil {
+				gone = append(gone, in)
+			}
+		}
+		if !g.tooMany(len(gone), len(prev.Instances)) {
+			continue
+		}
+		until := now.Add(g.opts.Hold)
+		nodes := map[string]*model.Node{}
+		for i := range prev.Nodes {
+			nodes[prev.Nodes[i].Name] = &prev.Nodes[i]
+		}
+		services := map[string]bool{}
+		for _, in := range gone {
+			g.held[key{q, in.Name, in.ID}] = &held{in: in, node: nodes[in.Node], until: until}
+			services[in.Name] = true
+		}
+		g.holds++
+		g.log.Warn("the source dropped too many instances at once; keeping them until it confirms",
+			"query", q.String(), "held", len(gone), "of", len(prev.Instances), "services", strings.Join(slices.Sorted(maps.Keys(services)), ","),
+			"until", until.Format(time.RFC3339), "threshold_percent", g.opts.Percent)
+	}
+}
+
+// tooMany: removing gone of total instances is a mass removal.
+func (g *Guard) tooMany(gone, total int) bool {
+	if gone < 2 {
+		return false
+	}
+	if g.opts.Percent >= 100 {
+		return gone == total
+	}
+	return gone*100 > g.opts.Percent*total
+}
+
+// expire ends the holds that are due: the removal is applied when the
+// source is up to confirm it, and held on otherwise. It reports whether
+// anything was released.
+func (g *Guard) expire(now time.Time) bool {
+	up := g.inner().Up
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var released, extended int
+	for k, h := range g.held {
+		switch {
+		case h.until.After(now):
+		case up:
+			delete(g.held, k)
+			released++
+		default:
+			h.until = now.Add(g.opts.Hold)
+			extended++
+		}
+	}
+	if extended > 0 {
+		g.log.Warn("the source is down and cannot confirm the removal; holding on",
+			"held", extended, "until", now.Add(g.opts.Hold).Format(time.RFC3339))
+	}
+	if released > 0 {
+		g.log.Info("the source still reports the instances gone; removal applied", "removed", released, "still_held", len(g.held))
+	}
+	return released > 0
+}
+
+// compose is s with the held instances (and their nodes) added; it
+// records what is passed on.
+func (g *Guard) compose(s model.Snapshot) model.Snapshot {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	byQuery := map[model.Query][]*held{}
+	for k, h := range g.held {
+		byQuery[k.q] = append(byQuery[k.q], h)
+	}
+	out := model.Snapshot{Source: s.Source, Results: maps.Clone(s.Results)}
+	for q, hs := range byQuery {
+		r := out.Results[q]
+		c := &model.Catalog{Datacenter: r.Catalog.Datacenter, Nodes: slices.Clone(r.Catalog.Nodes),
+			Instances: slices.Clone(r.Catalog.Instances)}
+		for _, h := range hs {
+			c.Instances = append(c.Instances, h.in)
+			if h.node != nil && !slices.ContainsFunc(c.Nodes, func(n model.Node) bool { return n.Name == h.node.Name }) {
+				c.Nodes = append(c.Nodes, *h.node)
+			}
+		}
+		model.SortCatalog(c)
+		r.Catalog = c
+		out.Results[q] = r
+	}
+	clear(g.sent)
+	for q, r := range out.Results {
+		if r.Catalog != nil {
+			g.sent[q] = r.Catalog
+		}
+	}
+	return out
+}
+
+// is reports whether in is the instance k names.
+func (k key) is(in model.Instance) bool { return in.Name == k.name && in.ID == k.id }

@@ -1,0 +1,287 @@
+package guard
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+)
+
+// fake is a source the test feeds: each snapshot put on in is sent on.
+type fake struct {
+	in chan model.Snapshot
+	mu sync.Mutex
+	up bool
+}
+
+func (f *fake) Name() string { return "fake" }
+
+func (f *fake) Run(ctx context.Context, out chan<- model.Snapshot) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case s := <-f.in:
+			select {
+			case out <- s:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+func (f *fake) Status() model.SourceStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return model.SourceStatus{Name: "fake", Up: f.up}
+}
+
+func (f *fake) setUp(up bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.up = up
+}
+
+// lockedBuffer is the log, written by the guard and read by the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// rig runs a guard around a fake inside a synctest bubble.
+type rig struct {
+	t   *testing.T
+	src *fake
+	g   model.Source
+	log *lockedBuffer
+
+	mu   sync.Mutex
+	last model.Snapshot
+	n    int
+}
+
+func newRig(t *testing.T, o Options) *rig {
+	r := &rig{t: t, src: &fake{in: make(chan model.Snapshot), up: true}, log: &lockedBuffer{}}
+	o.Log = slog.New(slog.NewTextHandler(r.log, nil))
+	r.g = Wrap(r.src, o)
+	out := make(chan model.Snapshot)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); r.g.Run(ctx, out) }()
+	go func() {
+		for {
+			select {
+			case s := <-out:
+				r.mu.Lock()
+				r.last, r.n = s, r.n+1
+				r.mu.Unlock()
+			case <-done:
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return r
+}
+
+// send has the source report ins, and waits until the guard has done
+// with it.
+func (r *rig) send(ins ...model.Instance) {
+	r.src.in <- model.Snapshot{Source: "fake", Results: map[model.Query]model.Result{
+		model.LocalCatalog: {Catalog: &model.Catalog{Instances: ins}},
+	}}
+	synctest.Wait()
+}
+
+// forwarded returns the IDs (with their status when not passing) of the
+// newest snapshot the guard sent on.
+func (r *rig) forwarded() []string {
+	synctest.Wait()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ids []string
+	if c := r.last.Local(); c != nil {
+		for _, in := range c.Instances {
+			id := in.ID
+			if in.Status != model.StatusPassing {
+				id += ":" + in.Status
+			}
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func (r *rig) want(step string, ids ...string) {
+	r.t.Helper()
+	slices.Sort(ids)
+	if got := r.forwarded(); !slices.Equal(got, ids) {
+		r.t.Errorf("%s: forwarded %v, want %v", step, got, ids)
+	}
+}
+
+func (r *rig) status() model.SourceStatus { return r.g.(model.Reporter).Status() }
+
+func inst(name, id string) model.Instance {
+	return model.Instance{Source: "fake", Name: name, ID: id, Address: "10.0.0.1", Port: 80, Status: model.StatusPassing}
+}
+
+func critical(in model.Instance) model.Instance { in.Status = model.StatusCritical; return in }
+
+var opts = Options{Percent: 50, Hold: 30 * time.Second}
+
+func TestMassRemovalIsHeldThenApplied(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, opts)
+		a, b, c, d, db := inst("web", "a"), inst("web", "b"), inst("web", "c"), inst("web", "d"), inst("db", "db")
+		r.send(a, b, c, d, db)
+		r.want("first snapshot", "a", "b", "c", "d", "db")
+
+		start := time.Now()
+		e := inst("web", "e")
+		r.send(a, e, critical(db)) // b, c, d gone: 3 of 5
+		r.want("the removal is held; the addition and the change apply", "a", "b", "c", "d", "e", "db:critical")
+		st := r.status()
+		if st.Held != 3 || !st.HeldUntil.Equal(start.Add(30*time.Second)) || st.HoldsTotal != 1 || !st.Up {
+			t.Errorf("status %+v, want 3 held until %s, 1 hold", st, start.Add(30*time.Second))
+		}
+		for _, w := range []string{"source=fake", "held=3", "of=5", "until="} {
+			if !strings.Contains(r.log.String(), w) {
+				t.Errorf("log %q does not say %q", r.log.String(), w)
+			}
+		}
+
+		time.Sleep(30*time.Second - time.Millisecond)
+		r.want("just before the end of the hold", "a", "b", "c", "d", "e", "db:critical")
+		time.Sleep(time.Millisecond)
+		r.want("the source still says they are gone: applied", "a", "e", "db:critical")
+		if st := r.status(); st.Held != 0 || !st.HeldUntil.IsZero() || st.HoldsTotal != 1 {
+			t.Errorf("status after the hold %+v", st)
+		}
+		if !strings.Contains(r.log.String(), "removal applied") {
+			t.Errorf("no log line says the removal was applied: %s", r.log.String())
+		}
+	})
+}
+
+func TestWhatIsNotAMassRemovalAppliesAtOnce(t *testing.T) {
+	tests := []struct {
+		name    string
+		percent int
+		before  []string
+		after   []string
+	}{
+		{"a quarter", 50, []string{"a", "b", "c", "d"}, []string{"a", "b", "c"}},
+		{"exactly half", 50, []string{"a", "b", "c", "d"}, []string{"a", "b"}},
+		{"the only instance", 50, []string{"a"}, nil},
+		{"one of two", 50, []string{"a", "b"}, []string{"a"}},
+		{"three of four at 100", 100, []string{"a", "b", "c", "d"}, []string{"a"}},
+		{"changes only", 50, []string{"a", "b", "c"}, []string{"a", "b", "c"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newRig(t, Options{Percent: tt.percent, Hold: time.Minute})
+				var before, after []model.Instance
+				for _, id := range tt.before {
+					before = append(before, inst("web", id))
+				}
+				for _, id := range tt.after {
+					after = append(after, critical(inst("web", id)))
+				}
+				r.send(before...)
+				r.send(after...)
+				var want []string
+				for _, id := range tt.after {
+					want = append(want, id+":critical")
+				}
+				r.want("after", want...)
+				if st := r.status(); st.Held != 0 || st.HoldsTotal != 0 {
+					t.Errorf("status %+v", st)
+				}
+			})
+		})
+	}
+}
+
+func TestHeldInstancesThatComeBackEndTheHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, opts)
+		a, b, c := inst("web", "a"), inst("web", "b"), inst("web", "c")
+		r.send(a, b, c)
+		r.send() // the source restarted empty
+		r.want("held", "a", "b", "c")
+		r.send(a, critical(b)) // registered again, one of them critical
+		r.want("back, as the source now says", "a", "b:critical", "c")
+		if st := r.status(); st.Held != 1 {
+			t.Errorf("status %+v, want c still held", st)
+		}
+		r.send(a, critical(b), c)
+		if st := r.status(); st.Held != 0 || !st.HeldUntil.IsZero() {
+			t.Errorf("status %+v, nothing held", st)
+		}
+		time.Sleep(time.Minute)
+		r.want("nothing removed at the end of the period", "a", "b:critical", "c")
+	})
+}
+
+func TestScaleToZeroHappensAfterTheHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, opts)
+		r.send(inst("web", "a"), inst("web", "b"))
+		r.send()
+		r.want("held", "a", "b")
+		time.Sleep(30 * time.Second)
+		r.want("applied")
+	})
+}
+
+// A source that is down when the period ends cannot confirm anything: the
+// hold goes on until it can.
+func TestAHoldOutlastsASourceThatIsDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, opts)
+		r.send(inst("web", "a"), inst("web", "b"), inst("web", "c"))
+		r.send(inst("web", "a"))
+		r.src.setUp(false)
+		time.Sleep(30 * time.Second)
+		r.want("down at the end of the period: still held", "a", "b", "c")
+		if st := r.status(); st.Held != 2 || st.Up {
+			t.Errorf("status %+v", st)
+		}
+		r.src.setUp(true)
+		time.Sleep(30 * time.Second)
+		r.want("up again, and still without them: applied", "a")
+	})
+}
+
+func TestAZeroPercentGuardIsNoGuard(t *testing.T) {
+	src := &fake{}
+	if g := Wrap(src, Options{Percent: 0, Hold: time.Second}); g != model.Source(src) {
+		t.Errorf("Wrap with 0%% returned %T, want the source itself", g)
+	}
+	if Unwrap(Wrap(src, opts)) != model.Source(src) || Unwrap(src) != model.Source(src) {
+		t.Error("Unwrap does not return the wrapped source")
+	}
+}
