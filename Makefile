@@ -6,7 +6,7 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 CACHE := $(CURDIR)/.cache
 
-.PHONY: all build deps test test-matrix test-docker image consul demo demo-reload bench-reload clean \
+.PHONY: all build deps test test-matrix test-docker image consul consul-template demo demo-reload bench-reload clean \
 	image-consul image-demo-backend compose-consul compose-file compose-docker compose-down \
 	bench-propagation bench-scale
 
@@ -49,11 +49,13 @@ deps:
 TEST_CACHE ?= /var/cache/seamless
 CONSUL_VERSION := 1.14.11
 CONSUL := $(TEST_CACHE)/consul/consul-$(CONSUL_VERSION)
+CONSUL_TEMPLATE_VERSION := 0.41.1
+CONSUL_TEMPLATE := $(TEST_CACHE)/consul-template/consul-template-$(CONSUL_TEMPLATE_VERSION)
 MATRIX ?= 3.0 3.2
 
-test: deps $(CONSUL)
+test: deps $(CONSUL) $(CONSUL_TEMPLATE)
 	$(GO) vet ./...
-	SEAMLESS_CONSUL_BIN=$(CONSUL) $(GO) test -p 1 -count=1 -timeout 30m ./...
+	SEAMLESS_CONSUL_BIN=$(CONSUL) SEAMLESS_CONSUL_TEMPLATE_BIN=$(CONSUL_TEMPLATE) $(GO) test -p 1 -count=1 -timeout 30m ./...
 	$(MAKE) test-matrix
 	$(MAKE) test-docker
 
@@ -155,6 +157,13 @@ consul: $(CONSUL)
 $(CONSUL):
 	@mkdir -p $(dir $@)
 	cd tools/consul && CGO_ENABLED=0 $(GO) build -trimpath -o $@.tmp github.com/hashicorp/consul && mv $@.tmp $@
+
+# consul-template itself, which the compatibility tests render the same
+# templates with (integration/ctcompat); a tool module of its own too.
+consul-template: $(CONSUL_TEMPLATE)
+$(CONSUL_TEMPLATE):
+	@mkdir -p $(dir $@)
+	cd tools/consul-template && CGO_ENABLED=0 $(GO) build -trimpath -o $@.tmp github.com/hashicorp/consul-template && mv $@.tmp $@
 
 # Validated, lossless reload of the running demo (edit demo/haproxy.cfg first).
 demo-reload:
