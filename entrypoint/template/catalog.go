@@ -2,7 +2,6 @@ package template
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -38,43 +37,104 @@ func (r *render) catalog(dc string) (*model.Catalog, bool) {
 	return c, true
 }
 
-// withoutControls leaves out every node and instance that a template
-// printing its values raw, as consul-template templates do, would let
-// write into HAProxy's configuration: an instance that fails
-// model.CheckInstance (the rule the built-in template applies too: names
-// without whitespace or control characters, an address that is an IP or a
-// DNS name), a node whose name or address fails the same checks, and
-// anything with a control character (a newline above all) in a tag or
-// meta. KV values are not filtered (multi-line values are legitimate);
-// templates quote them with haproxyQuote.
+// withoutControls keeps out of the template what a template printing
+// values raw, as consul-template templates do, would let write into
+// HAProxy's configuration. An instance that fails model.CheckInstance (the
+// rule the built-in template applies too: names without whitespace or
+// control characters, an address that is an IP or a DNS name) is left out
+// whole, as is a node whose name or address fails the same checks: without
+// its identity an instance means nothing. A control character (a newline
+// above all) anywhere else leaves out only what holds it: that tag, that
+// meta or tagged-address key, that node ID, kind or namespace. A template
+// that never prints the field keeps the instance, as with consul-template.
+// With Options.RawMeta, meta values keep theirs (a multi-line certificate
+// inserted with indent). KV values are not filtered (multi-line values are
+// legitimate); templates quote them with haproxyQuote.
 func (r *render) withoutControls(c *model.Catalog) *model.Catalog {
 	out := &model.Catalog{Datacenter: c.Datacenter}
+	reported := map[string]bool{}
+	report := func(s string) {
+		if !reported[s] {
+			reported[s] = true
+			r.skipped = append(r.skipped, s)
+		}
+	}
 	for _, n := range c.Nodes {
 		err := model.CheckName("node name", n.Name)
 		if err == nil && n.Address != "" {
 			err = model.CheckAddress(n.Address)
 		}
-		if err == nil && (hasControl(n.ID) || mapHasControl(n.Meta) || mapHasControl(n.TaggedAddresses)) {
-			err = errors.New("a control character in its ID or meta")
-		}
 		if err != nil {
-			r.skipped = append(r.skipped, fmt.Sprintf("node %q: %v; node left out", n.Name, err))
+			report(fmt.Sprintf("node %q: %v; node left out", n.Name, err))
 			continue
 		}
+		what := fmt.Sprintf("node %q", n.Name)
+		n.ID = cleanField(what, "ID", n.ID, report)
+		n.Meta = cleanMap(what, "meta", n.Meta, r.t.opts.RawMeta, report)
+		n.TaggedAddresses = cleanMap(what, "tagged address", n.TaggedAddresses, false, report)
 		out.Nodes = append(out.Nodes, n)
 	}
 	for _, in := range c.Instances {
-		err := model.CheckInstance(in)
-		if err == nil && (hasControl(in.NodeID, in.Kind, in.Namespace) ||
-			hasControl(in.Tags...) || mapHasControl(in.Meta) || mapHasControl(in.NodeMeta) ||
-			mapHasControl(in.TaggedAddresses) || mapHasControl(in.NodeTaggedAddresses)) {
-			err = errors.New("a control character in a tag or meta")
-		}
-		if err != nil {
-			r.skipped = append(r.skipped, fmt.Sprintf("service %q instance %q: %v; instance left out", in.Name, in.ID, err))
+		if err := model.CheckInstance(in); err != nil {
+			report(fmt.Sprintf("service %q instance %q: %v; instance left out", in.Name, in.ID, err))
 			continue
 		}
+		what := fmt.Sprintf("service %q instance %q", in.Name, in.ID)
+		node := fmt.Sprintf("node %q", in.Node)
+		in.NodeID = cleanField(node, "ID", in.NodeID, report)
+		in.Kind = cleanField(what, "kind", in.Kind, report)
+		in.Namespace = cleanField(what, "namespace", in.Namespace, report)
+		if slices.ContainsFunc(in.Tags, func(t string) bool { return hasControl(t) }) {
+			tags := make([]string, 0, len(in.Tags))
+			for _, t := range in.Tags {
+				if hasControl(t) {
+					report(fmt.Sprintf("%s: tag %q has a control character; tag left out", what, t))
+					continue
+				}
+				tags = append(tags, t)
+			}
+			in.Tags = tags
+		}
+		in.Meta = cleanMap(what, "meta", in.Meta, r.t.opts.RawMeta, report)
+		in.TaggedAddresses = cleanMap(what, "tagged address", in.TaggedAddresses, false, report)
+		in.NodeMeta = cleanMap(node, "meta", in.NodeMeta, r.t.opts.RawMeta, report)
+		in.NodeTaggedAddresses = cleanMap(node, "tagged address", in.NodeTaggedAddresses, false, report)
 		out.Instances = append(out.Instances, in)
+	}
+	return out
+}
+
+// cleanField is v, or "" when it holds a control character.
+func cleanField(what, field, v string, report func(string)) string {
+	if !hasControl(v) {
+		return v
+	}
+	report(fmt.Sprintf("%s: %s %q has a control character; %s left out", what, field, v, field))
+	return ""
+}
+
+// cleanMap returns m without the keys whose key, or value unless rawValues,
+// holds a control character; m itself is shared with the state and never
+// changed.
+func cleanMap(what, kind string, m map[string]string, rawValues bool, report func(string)) map[string]string {
+	bad := func(k, v string) bool { return hasControl(k) || (!rawValues && hasControl(v)) }
+	dirty := false
+	for k, v := range m {
+		if bad(k, v) {
+			dirty = true
+			break
+		}
+	}
+	if !dirty {
+		return m
+	}
+	out := make(map[string]string, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if bad(k, m[k]) {
+			report(fmt.Sprintf("%s: %s %q has a control character; key left out", what, kind, k))
+			continue
+		}
+		out[k] = m[k]
 	}
 	return out
 }
@@ -82,15 +142,6 @@ func (r *render) withoutControls(c *model.Catalog) *model.Catalog {
 func hasControl(ss ...string) bool {
 	for _, s := range ss {
 		if strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-			return true
-		}
-	}
-	return false
-}
-
-func mapHasControl(m map[string]string) bool {
-	for k, v := range m {
-		if hasControl(k, v) {
 			return true
 		}
 	}
