@@ -82,7 +82,9 @@ func rendererFactory(cfg *config.Config, reg prometheus.Registerer, log *slog.Lo
 	}
 	if cfg.Template != "" {
 		return func() (model.Renderer, error) {
-			return template.Parse(cfg.Template, template.Options{DefaultHealth: health})
+			left, right, _ := cfg.Delims() // checked by config.Load
+			return template.Parse(cfg.Template, template.Options{DefaultHealth: health,
+				LeftDelim: left, RightDelim: right, RawMeta: cfg.TemplateRawMeta, Log: log.With("component", "template")})
 		}
 	}
 	return func() (model.Renderer, error) {

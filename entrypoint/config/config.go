@@ -58,6 +58,10 @@ type Config struct {
 	// The removal guard (entrypoint/discovery/guard).
 	RemovalGuard int           `envconfig:"REMOVAL_GUARD" min:"0" max:"100" default:"50" desc:"Percent of a source's instances that one snapshot may remove at once: a larger removal, of more than one instance, is held for SEAMLESS_REMOVAL_HOLD with the instances in their last known state (a Consul restarted empty), then applied if the source still reports them gone. 100: held only when all go. 0 disables the guard."`
 	RemovalHold  time.Duration `envconfig:"REMOVAL_HOLD" min:"1s" max:"1h" default:"30s" desc:"How long a removal held by SEAMLESS_REMOVAL_GUARD waits for the source to confirm it; longer while the source is down."`
+
+	// SEAMLESS_TEMPLATE options (entrypoint/template).
+	TemplateDelimiters string `envconfig:"TEMPLATE_DELIMITERS" desc:"SEAMLESS_TEMPLATE: the left and right action delimiters, separated by a space, e.g. '[[ ]]' (consul-template's left_delimiter and right_delimiter). Empty: {{ }}."`
+	TemplateRawMeta    bool   `envconfig:"TEMPLATE_RAW_META" default:"false" desc:"SEAMLESS_TEMPLATE: pass meta values holding control characters (a multi-line certificate inserted with indent) to the template as they are. false: such a meta key is left out, with a log line; the instance stays."`
 }
 
 // Source names.
@@ -178,7 +182,25 @@ func (c *Config) validate() error {
 			bad("CONSUL_HEALTH", "%q: %q is not one of passing, warning, critical, maintenance, any", c.ConsulHealth, st)
 		}
 	}
+	if _, _, err := c.Delims(); err != nil {
+		bad("TEMPLATE_DELIMITERS", "%q: %v", c.TemplateDelimiters, err)
+	}
 	return errors.Join(errs...)
+}
+
+// Delims returns SEAMLESS_TEMPLATE_DELIMITERS as the left and right
+// delimiters, "" and "" (Go's {{ }}) when unset.
+func (c *Config) Delims() (left, right string, err error) {
+	f := strings.Fields(c.TemplateDelimiters)
+	switch {
+	case len(f) == 0:
+		return "", "", nil
+	case len(f) != 2:
+		return "", "", errors.New("want two delimiters separated by a space, e.g. \"[[ ]]\"")
+	case f[0] == f[1]:
+		return "", "", errors.New("the left and right delimiters must differ")
+	}
+	return f[0], f[1], nil
 }
 
 // Var describes one variable. Numbers and durations have a range: Min to

@@ -5,10 +5,12 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"text/template"
 	"text/template/parse"
 	"time"
@@ -80,6 +82,14 @@ type Options struct {
 	// ErrOnMissingKey makes indexing a map with a missing key an error
 	// instead of the zero value (consul-template's error_on_missing_key).
 	ErrOnMissingKey bool
+	// RawMeta passes meta values with control characters (a multi-line
+	// certificate) to the template unchanged (SEAMLESS_TEMPLATE_RAW_META);
+	// by default such a key is left out. Only the operator sets it: no
+	// catalog data reaches it.
+	RawMeta bool
+	// Log receives warnings about the output (an unrendered pair of
+	// delimiters); nil discards them.
+	Log *slog.Logger
 }
 
 // Template is a parsed user template; it implements model.Renderer. It is
@@ -91,6 +101,8 @@ type Template struct {
 	// base is the parsed template; every render executes a clone of it
 	// with the functions bound to that render.
 	base *template.Template
+	// warned holds the output warnings already logged (warnUnrendered).
+	warned *sync.Map
 }
 
 var _ model.Renderer = (*Template)(nil)
@@ -129,7 +141,7 @@ func parseText(path, text string, opts Options) (*Template, error) {
 	if err != nil {
 		return nil, fmt.Errorf("template: default health filter: %w", err)
 	}
-	t := &Template{path: path, opts: opts, health: health}
+	t := &Template{path: path, opts: opts, health: health, warned: &sync.Map{}}
 	base := template.New(path).Delims(opts.LeftDelim, opts.RightDelim)
 	if opts.ErrOnMissingKey {
 		base.Option("missingkey=error")
@@ -193,6 +205,9 @@ func (t *Template) Render(st model.State) (model.Rendering, error) {
 		return out, execErr
 	}
 	out.Config = buf.Bytes()
+	if len(out.Missing) == 0 {
+		t.warnUnrendered(out.Config)
+	}
 	return out, nil
 }
 
