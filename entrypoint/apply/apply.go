@@ -265,19 +265,25 @@ func (a *Applier) gather(ctx context.Context) (complete bool, err error) {
 // Wait returns once every source has returned (after ctx ended).
 func (a *Applier) Wait() { a.wg.Wait() }
 
-// complete: every source answered and the template has every answer.
+// complete: the template has every answer, and every source it reads has
+// answered. The local catalog merges every source; any other query (KV,
+// another datacenter) is answered once it is there. A source the template
+// does not read (a static or env-only template) holds nothing up.
 func (a *Applier) complete() bool {
-	for _, s := range a.opts.Sources {
-		if !a.fresh[s.Name()] {
-			return false
-		}
-	}
 	rend, err := a.renderer.Render(a.state())
 	if err != nil {
 		return true // first() reports it
 	}
 	a.want(rend.Queries)
-	return len(rend.Missing) == 0
+	if len(rend.Missing) > 0 || !slices.Contains(rend.Queries, model.LocalCatalog) {
+		return len(rend.Missing) == 0
+	}
+	for _, s := range a.opts.Sources {
+		if !a.fresh[s.Name()] {
+			return false
+		}
+	}
+	return true
 }
 
 func (a *Applier) fillFromDisk() {
