@@ -72,8 +72,9 @@ func newRawSources(cfg *config.Config, log *slog.Logger) ([]model.Source, error)
 }
 
 // rendererFactory returns what builds the renderer: the user's template,
-// parsed again at every call (SIGHUP), or the built-in one.
-func rendererFactory(cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) func() (model.Renderer, error) {
+// parsed again at every call (SIGHUP) and recorded in cur, or the built-in
+// one.
+func rendererFactory(cfg *config.Config, reg prometheus.Registerer, log *slog.Logger, cur *currentTemplate) func() (model.Renderer, error) {
 	health := model.ParseHealth(cfg.ConsulHealth)
 	table := routes.NewSlotTable() // outlives the renderers SIGHUP makes
 	refusals := routes.NewRefusals()
@@ -83,8 +84,13 @@ func rendererFactory(cfg *config.Config, reg prometheus.Registerer, log *slog.Lo
 	if cfg.Template != "" {
 		return func() (model.Renderer, error) {
 			left, right, _ := cfg.Delims() // checked by config.Load
-			return template.Parse(cfg.Template, template.Options{DefaultHealth: health,
+			t, err := template.Parse(cfg.Template, template.Options{DefaultHealth: health,
 				LeftDelim: left, RightDelim: right, RawMeta: cfg.TemplateRawMeta, Log: log.With("component", "template")})
+			if err != nil {
+				return nil, err
+			}
+			cur.set(t)
+			return t, nil
 		}
 	}
 	return func() (model.Renderer, error) {
@@ -132,14 +138,15 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 	if err != nil {
 		return nil, err
 	}
+	cur := &currentTemplate{}
 	opts := apply.Options{
 		Sources:      sources,
-		NewRenderer:  rendererFactory(cfg, m.Registry, log),
+		NewRenderer:  rendererFactory(cfg, m.Registry, log, cur),
 		Path:         cl.ConfigFiles[0],
 		StateDir:     cfg.StateDir,
 		Wait:         cfg.Wait,
 		StartTimeout: cfg.DiscoveryTimeout,
-		Validate:     validate,
+		Validate:     keepRefused(validate, cl.ConfigFiles[0], cur, log),
 		Reload: func(ctx context.Context, reason string) (reload.Outcome, error) {
 			return reloader().Do(ctx, reason)
 		},
@@ -238,10 +245,16 @@ func render(ctx context.Context, cfg *config.Config, bin string, args []string, 
 		fmt.Fprintf(stderr, "seamless render: %v\n", err)
 		return exitNoRun
 	}
-	defer os.RemoveAll(dir)
+	keep := false // the refused candidate, which the error names
+	defer func() {
+		if !keep {
+			os.RemoveAll(dir)
+		}
+	}()
+	cur := &currentTemplate{}
 	// The saved snapshots of a running seamless are read, never written.
 	a, err := apply.New(apply.Options{
-		Sources: sources, NewRenderer: rendererFactory(cfg, nil, log),
+		Sources: sources, NewRenderer: rendererFactory(cfg, nil, log, cur),
 		Path: filepath.Join(dir, renderedName), StateDir: cfg.StateDir, ReadOnly: true,
 		StartTimeout: cfg.DiscoveryTimeout,
 		Validate:     func(context.Context, string) error { return nil },
@@ -283,7 +296,14 @@ func render(ctx context.Context, cfg *config.Config, bin string, args []string, 
 		fmt.Fprintf(stderr, "seamless check: %v\n", err)
 		return exitUsage
 	}
-	return checkFiles(ctx, cfg, bin, cl.WithConfig(path), dir, stdout, stderr, log)
+	var errOut strings.Builder
+	code := checkFiles(ctx, cfg, bin, cl.WithConfig(path), dir, stdout, &errOut, log)
+	fmt.Fprint(stderr, cur.explain(errOut.String(), path, path, rend.Config))
+	if code == exitInvalid {
+		keep = true
+		fmt.Fprintf(stderr, "seamless check: the refused configuration is kept at %s\n", path)
+	}
+	return code
 }
 
 func joinQueries(qs []model.Query) string {

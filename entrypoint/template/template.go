@@ -103,6 +103,10 @@ type Template struct {
 	base *template.Template
 	// warned holds the output warnings already logged (warnUnrendered).
 	warned *sync.Map
+	// text is the template's source and last its latest complete
+	// rendering, for Origin.
+	text string
+	last *lastRender
 }
 
 var _ model.Renderer = (*Template)(nil)
@@ -141,7 +145,7 @@ func parseText(path, text string, opts Options) (*Template, error) {
 	if err != nil {
 		return nil, fmt.Errorf("template: default health filter: %w", err)
 	}
-	t := &Template{path: path, opts: opts, health: health, warned: &sync.Map{}}
+	t := &Template{path: path, opts: opts, health: health, warned: &sync.Map{}, text: text, last: &lastRender{}}
 	base := template.New(path).Delims(opts.LeftDelim, opts.RightDelim)
 	if opts.ErrOnMissingKey {
 		base.Option("missingkey=error")
@@ -207,6 +211,7 @@ func (t *Template) Render(st model.State) (model.Rendering, error) {
 	out.Config = buf.Bytes()
 	if len(out.Missing) == 0 {
 		t.warnUnrendered(out.Config)
+		t.last.set(st, out.Config)
 	}
 	return out, nil
 }
