@@ -48,6 +48,12 @@ func TestFunctionsDocumented(t *testing.T) {
 			t.Errorf("%s is unsupported but documented as %s", name, status)
 		case unsupported[name] == "" && status == "unsupported":
 			t.Errorf("%s works but is documented as unsupported", name)
+		case status == "unsupported":
+			// The Notes column is the reason the error gives, word for word.
+			want := "| `" + name + "` | unsupported | " + strings.ReplaceAll(unsupported[name], "|", `\|`) + " |"
+			if !strings.Contains(string(b), want+"\n") {
+				t.Errorf("FUNCTIONS.md does not give %s's message; want the row %s", name, want)
+			}
 		}
 	}
 	for name := range documented {
@@ -72,8 +78,8 @@ func TestFunctionsExampleRenders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Four hostile instances are left out before the template runs, one
-	// bad address by the example itself.
+	// Three hostile instances and a tag are left out before the template
+	// runs, one bad address by the example itself.
 	if !strings.Contains(string(r.Config), "backend web\n    server") || len(r.Skipped) != 5 {
 		t.Errorf("rendered %q, skipped %q", r.Config, r.Skipped)
 	}

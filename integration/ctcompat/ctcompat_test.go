@@ -138,6 +138,29 @@ backend {{ .Name }}
 			}
 		})
 	}
+	t.Run(".Tags.Contains is a superset", func(t *testing.T) { tagsContains(t, ct, consul.Addr()) })
+}
+
+// tagsContains: FUNCTIONS.md says where seamless accepts more;
+// .Tags.Contains renders in seamless and fails in consul-template v0.41
+// with the message quoted there.
+func tagsContains(t *testing.T, ct, addr string) {
+	in := filepath.Join(t.TempDir(), "contains.tmpl")
+	text := `{{ range service "web" }}{{ if .Tags.Contains "v1" }}{{ .Node }}{{ end }}{{ end }}`
+	if err := os.WriteFile(in, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := runSeamless(t, addr, in, nil); string(got) != "node1" {
+		t.Errorf("seamless rendered %q, want node1", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, ct, "-once", "-consul-addr="+addr, "-template="+in+":"+in+".out")
+	cmd.Env = env()
+	out, err := cmd.CombinedOutput()
+	if err == nil || !bytes.Contains(out, []byte("can't evaluate field Contains in type dependency.ServiceTags")) {
+		t.Errorf("consul-template: %v\n%s\nwant the error FUNCTIONS.md quotes", err, out)
+	}
 }
 
 // env is what both programs see: no token or address from the machine.
