@@ -92,8 +92,11 @@ type Options struct {
 	Log *slog.Logger
 }
 
-// Template is a parsed user template; it implements model.Renderer. It is
-// immutable: Render may be called from several goroutines.
+// Template is a parsed user template; it implements model.Renderer.
+// Render may be called from several goroutines; besides the parsed
+// template, a Template keeps only its latest complete rendering (for
+// Origin) and the warnings it has logged, so the output stays a function
+// of the State.
 type Template struct {
 	path   string
 	opts   Options
