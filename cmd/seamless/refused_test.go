@@ -3,13 +3,16 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/seamless-lb/seamless/entrypoint/haproxy"
 	"github.com/seamless-lb/seamless/entrypoint/model"
@@ -114,5 +117,50 @@ func TestRefusedCandidateIsKeptBesideTheRenderedFile(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "(template "+tmplPath+":7)") {
 		t.Errorf("the template line is not named: %v", err)
+	}
+}
+
+// The daemon: a template edited into something HAProxy refuses, on SIGHUP.
+// The log names haproxy.cfg.refused, which holds the refused line, and the
+// template line; the last good configuration keeps serving.
+func TestDiscoveryKeepsTheRefusedConfiguration(t *testing.T) {
+	testenv.HAProxy(t)
+	addr := testenv.Addr(testenv.FreePort(t))
+	tmpl := filepath.Join(t.TempDir(), "haproxy.cfg.tmpl")
+	state := filepath.Join(t.TempDir(), "state")
+	const base = `defaults
+    mode http
+    timeout connect 2s
+    timeout client 30s
+    timeout server 30s
+frontend www
+    bind %s
+{{- range $i := loop 2 }}
+{{- end }}
+%s    http-request return status 200 content-type text/plain string "%s"
+`
+	writeAtomic(t, tmpl, fmt.Sprintf(base, addr, "", "v1"))
+	in := startSeamless(t, nil, startOpts{args: []string{"haproxy"}, env: []string{"SEAMLESS_TEMPLATE=" + tmpl,
+		"SEAMLESS_STATE_DIR=" + state, "SEAMLESS_DISCOVERY_TIMEOUT=1s"}})
+	get := func() string { _, body := testenv.Get("http://" + addr + "/"); return body }
+	testenv.Eventually(t, 20*time.Second, "v1 serves", func() bool { return get() == "v1" })
+
+	writeAtomic(t, tmpl, fmt.Sprintf(base, addr, "    bogus-directive here\n", "v2"))
+	in.signal(syscall.SIGHUP)
+	testenv.Eventually(t, 30*time.Second, "the rendering refused", func() bool {
+		return in.metric("seamless_config_errors_total") > 0
+	})
+	kept := filepath.Join(state, "haproxy.cfg.refused")
+	log := in.out.String()
+	// Line 10 of the template is line 8 of the rendered file.
+	i := strings.Index(log, "["+kept+":8] (template "+tmpl+":10)")
+	if i < 0 {
+		t.Fatalf("the refusal does not name %s:8 and the template line:\n%s", kept, log)
+	}
+	if _, line := refusedLocation(t, log[i:]); !strings.Contains(line, "bogus-directive") {
+		t.Errorf("line 8 of %s is %q", kept, line)
+	}
+	if v := get(); v != "v1" {
+		t.Errorf("serving %q, want v1", v)
 	}
 }
