@@ -147,10 +147,11 @@ frontend www
 
 	writeAtomic(t, tmpl, fmt.Sprintf(base, addr, "    bogus-directive here\n", "v2"))
 	in.signal(syscall.SIGHUP)
-	testenv.Eventually(t, 30*time.Second, "the rendering refused", func() bool {
-		return in.metric("seamless_config_errors_total") > 0
-	})
 	kept := filepath.Join(state, "haproxy.cfg.refused")
+	// The metric counts the refusal just before the log line says it.
+	testenv.Eventually(t, 30*time.Second, "the refusal logged", func() bool {
+		return in.metric("seamless_config_errors_total") > 0 && strings.Contains(in.out.String(), "new configuration refused")
+	})
 	log := in.out.String()
 	// Line 10 of the template is line 8 of the rendered file.
 	i := strings.Index(log, "["+kept+":8] (template "+tmpl+":10)")
