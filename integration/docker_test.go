@@ -324,8 +324,13 @@ func TestDockerStopDrains(t *testing.T) {
 				_, err := c.ContainerStop(context.Background(), b.id, client.ContainerStopOptions{})
 				stopped <- err
 			}()
-			testenv.Eventually(t, 10*time.Second, "seamless began the drain", func() bool {
-				return strings.Contains(b.logs(), "stopping: haproxy stops accepting")
+			// The worker, not only seamless, must be stopping before the
+			// body completes: a response sent before the worker's soft-stop
+			// leaves an idle keep-alive connection that
+			// idle-close-on-response keeps open until the grace ends.
+			testenv.Eventually(t, 10*time.Second, "the worker stopped its frontend", func() bool {
+				logs := b.logs()
+				return strings.Contains(logs, "stopping: haproxy stops accepting") && strings.Contains(logs, "Proxy fe stopped")
 			})
 			fmt.Fprint(conn, "cde")
 			resp, err := http.ReadResponse(br, nil)

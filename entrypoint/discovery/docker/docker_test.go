@@ -36,8 +36,9 @@ func TestContainers(t *testing.T) {
 		Source: "docker", ID: web[:12], Name: l.prefix + "web", Address: l.ip(web, net), Port: 8080, Weight: 7,
 		Tags: []string{"seamless.http.host=a.example", "seamless.http.host=b.example", "seamless.http.path=/api",
 			"seamless.http.hots=typo.example"},
-		Meta:   map[string]string{"container": l.prefix + "web", "image": l.image, "network": net},
-		Status: model.StatusPassing,
+		Meta:       map[string]string{"container": l.prefix + "web", "image": l.image, "network": net},
+		Status:     model.StatusPassing,
+		Registered: l.created(web),
 	}
 	if got := find(s, l.prefix+"web"); got == nil || !reflect.DeepEqual(*got, want) {
 		t.Errorf("web:\ngot  %+v\nwant %+v", got, want)

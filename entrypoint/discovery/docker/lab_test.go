@@ -255,6 +255,21 @@ func (l *lab) ip(id, network string) string {
 	return ep.IPAddress.String()
 }
 
+// created is the container's creation time in nanoseconds, as Docker
+// reports it: the source's registration order.
+func (l *lab) created(id string) uint64 {
+	l.t.Helper()
+	res, err := l.c.ContainerInspect(context.Background(), id, client.ContainerInspectOptions{})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	t, err := time.Parse(time.RFC3339Nano, res.Container.Created)
+	if err != nil {
+		l.t.Fatalf("container %s: created %q: %v", id, res.Container.Created, err)
+	}
+	return uint64(t.UnixNano())
+}
+
 func (l *lab) stop(id string) {
 	l.t.Helper()
 	if _, err := l.c.ContainerStop(context.Background(), id, client.ContainerStopOptions{}); err != nil {
