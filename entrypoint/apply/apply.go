@@ -517,13 +517,13 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 		return
 	}
 	a.recheck, a.why = rend.Recheck, ""
-	change := Change(a.applied, st.Local())
+	change := describe(Change(a.applied, st.Local()), a.runRend, rend)
 	if bytes.Equal(rend.Config, a.running) && !force {
 		a.runRend = &rend
 		a.applied = st.Local()
 		a.countDiscovered()
 		a.markApplied()
-		a.record(metrics.Unchanged, why, change, start, nil)
+		a.record(metrics.Unchanged, why, unchangedLabel(change), start, nil)
 		a.log.Info("nothing to apply: the configuration is unchanged", "why", why, "change", change)
 		return
 	}
@@ -727,11 +727,15 @@ func (a *Applier) logSkipped(rend model.Rendering) {
 
 func (a *Applier) countDiscovered() {
 	names := map[string]bool{}
+	n := 0
 	for _, in := range a.applied.Instances {
-		names[in.Name] = true
+		if !consulItself(in) {
+			names[in.Name] = true
+			n++
+		}
 	}
 	a.opts.Metrics.Discovered.WithLabelValues("services").Set(float64(len(names)))
-	a.opts.Metrics.Discovered.WithLabelValues("instances").Set(float64(len(a.applied.Instances)))
+	a.opts.Metrics.Discovered.WithLabelValues("instances").Set(float64(n))
 }
 
 func compact(s []string) []string {

@@ -1,0 +1,69 @@
+package apply
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+)
+
+// noServiceChanged is what Change says when the catalogs agree.
+const noServiceChanged = "no service changed"
+
+// describe is the Change of an apply's record and log line: what changed
+// per service, and the server slots whose state moved without a service
+// changing (a drained slot freed), so that no row says "no service
+// changed" while something did.
+func describe(change string, before *model.Rendering, after model.Rendering) string {
+	if before == nil {
+		return change
+	}
+	slots := slotChange(before.Servers, after.Servers)
+	switch {
+	case slots == "":
+		return change
+	case change == noServiceChanged:
+		return slots
+	}
+	return change + "; " + slots
+}
+
+// slotChange lists the slots whose state differs: "web/s2: drain → maint
+// (freed)". A slot that only changed address or weight is a service's
+// change and already in Change.
+func slotChange(before, after []model.ServerSlot) string {
+	was := make(map[[2]string]string, len(before))
+	for _, s := range before {
+		was[[2]string{s.Backend, s.Server}] = s.State
+	}
+	var parts []string
+	for _, s := range after {
+		old, ok := was[[2]string{s.Backend, s.Server}]
+		if !ok || old == s.State {
+			continue
+		}
+		p := fmt.Sprintf("%s/%s: %s → %s", s.Backend, s.Server, old, s.State)
+		if old == model.SlotDrain && s.State == model.SlotMaint {
+			p += " (freed)"
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// unchangedLabel is the Change of an apply that rendered the bytes that
+// already run: the catalog may have moved (a meta value the template does
+// not print, an instance it filters out), the configuration did not.
+func unchangedLabel(change string) string {
+	if change == noServiceChanged || change == "" {
+		return "the configuration is the same"
+	}
+	return "the configuration is the same; catalog: " + change
+}
+
+// consulItself: the service Consul registers for its own servers (name
+// and ID "consul"). It is no one's backend; a user's service that is also
+// named consul has an ID of its own and counts.
+func consulItself(in model.Instance) bool {
+	return in.Source == "consul" && in.Name == "consul" && in.ServiceID() == "consul"
+}
