@@ -116,6 +116,7 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 			"component", "haproxy", "line", line)
 	}
 	cli := haproxy.NewMasterCLI(cl.MasterSocket)
+	m.WatchWorkers(countWorkers(cli))
 	validator := &haproxy.Validator{Bin: bin, Args: cl.CheckArgs(extra...), Env: env, Run: rp.Output, Files: cl.ConfigFiles}
 	validator, err = haproxy.WithSpeedup(startCtx, validator, cl, extra, filepath.Join(cfg.RunDir, "check-speedup.cfg"))
 	if err != nil {

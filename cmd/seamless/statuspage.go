@@ -149,3 +149,12 @@ func configFile(path string) status.ConfigFile {
 	}
 	return status.ConfigFile{Path: path, SHA256: hex.EncodeToString(h.Sum(nil)), Size: n, Modified: st.ModTime().UTC()}
 }
+
+// countWorkers is seamless_haproxy_workers read from `show proc` at each
+// scrape.
+func countWorkers(cli procLister) func(ctx context.Context) (current, old int, err error) {
+	return func(ctx context.Context) (int, int, error) {
+		p, err := cli.ShowProc(ctx)
+		return len(p.Workers), len(p.Old), err
+	}
+}

@@ -4,6 +4,10 @@
 package metrics
 
 import (
+	"context"
+	"strings"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/seamless-lb/seamless/entrypoint/model"
@@ -81,7 +85,7 @@ func New() *Metrics {
 		}),
 		Workers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "seamless_haproxy_workers",
-			Help: "HAProxy worker processes after the last reload, by generation (current, or old and still draining).",
+			Help: "HAProxy worker processes by generation (current, or old and still draining), as the master lists them at the scrape (after the last reload when it does not answer).",
 		}, []string{"generation"}),
 		LastReloadSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "seamless_last_reload_success_timestamp_seconds",
@@ -124,7 +128,7 @@ func New() *Metrics {
 		m.SocketTransferFailures, m.Workers, m.LastReloadSuccess, m.HAProxyUp,
 		m.Applies, m.LastApply, m.Discovered, m.SourceSnapshots, m.RuntimeUpdates,
 		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		withoutNamespaceTotals{collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})},
 	)
 	return m
 }
@@ -181,6 +185,65 @@ func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
 		if !s.LastErrorAt.IsZero() {
 			ch <- prometheus.MustNewConstMetric(sourceErrorDesc, prometheus.GaugeValue,
 				float64(s.LastErrorAt.UnixNano())/1e9, s.Name)
+		}
+	}
+}
+
+// workersTimeout bounds the master CLI's answer for one scrape.
+const workersTimeout = time.Second
+
+// WatchWorkers makes seamless_haproxy_workers current at every scrape:
+// an old worker exits when its last connection ends, long after the
+// reload that counted it, and nothing else would count again. When count
+// fails the values of the last reload stay.
+func (m *Metrics) WatchWorkers(count func(ctx context.Context) (current, old int, err error)) {
+	m.Registry.Unregister(m.Workers)
+	m.Registry.MustRegister(workersCollector{m.Workers, count})
+}
+
+type workersCollector struct {
+	g     *prometheus.GaugeVec
+	count func(ctx context.Context) (current, old int, err error)
+}
+
+func (c workersCollector) Describe(ch chan<- *prometheus.Desc) { c.g.Describe(ch) }
+
+func (c workersCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), workersTimeout)
+	defer cancel()
+	if cur, old, err := c.count(ctx); err == nil {
+		c.g.WithLabelValues("current").Set(float64(cur))
+		c.g.WithLabelValues("old").Set(float64(old))
+	}
+	c.g.Collect(ch)
+}
+
+// withoutNamespaceTotals drops process_network_*_bytes_total from the
+// process collector: they are read from /proc/self/net/dev, the network
+// namespace's totals (in a container, HAProxy's traffic too), not
+// seamless's own.
+type withoutNamespaceTotals struct{ prometheus.Collector }
+
+func namespaceTotal(d *prometheus.Desc) bool {
+	return strings.Contains(d.String(), `fqName: "process_network_`)
+}
+
+func (c withoutNamespaceTotals) Describe(ch chan<- *prometheus.Desc) {
+	all := make(chan *prometheus.Desc)
+	go func() { c.Collector.Describe(all); close(all) }()
+	for d := range all {
+		if !namespaceTotal(d) {
+			ch <- d
+		}
+	}
+}
+
+func (c withoutNamespaceTotals) Collect(ch chan<- prometheus.Metric) {
+	all := make(chan prometheus.Metric)
+	go func() { c.Collector.Collect(all); close(all) }()
+	for m := range all {
+		if !namespaceTotal(m.Desc()) {
+			ch <- m
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -59,5 +61,58 @@ seamless_source_stale{source="file"} 0
 	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want),
 		"seamless_source_stale", "seamless_source_held_instances", "seamless_source_removal_holds_total"); err != nil {
 		t.Error(err)
+	}
+}
+
+// process_network_*_bytes_total are the network namespace's totals (read
+// from /proc/self/net/dev), not seamless's traffic: in a container they
+// count HAProxy's bytes too, which misleads. The other process_ metrics
+// stay.
+func TestNoNamespaceNetworkTotalsAreExported(t *testing.T) {
+	m := New()
+	fams, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var process int
+	for _, f := range fams {
+		name := f.GetName()
+		if strings.HasPrefix(name, "process_network_") {
+			t.Errorf("%s is exported: it describes the network namespace, not seamless", name)
+		}
+		if strings.HasPrefix(name, "process_") {
+			process++
+		}
+	}
+	if process < 4 {
+		t.Errorf("only %d process_ metrics: the process collector is gone", process)
+	}
+}
+
+// seamless_haproxy_workers is asked for at each scrape; when the master
+// does not answer, the last reload's values stay.
+func TestWorkersAreCountedAtEachScrape(t *testing.T) {
+	m := New()
+	m.Workers.WithLabelValues("old").Set(1)
+	m.Workers.WithLabelValues("current").Set(1)
+	var fail bool
+	m.WatchWorkers(func(context.Context) (int, int, error) {
+		if fail {
+			return 0, 0, errors.New("no master")
+		}
+		return 2, 0, nil
+	})
+	want := `
+# HELP seamless_haproxy_workers HAProxy worker processes by generation (current, or old and still draining), as the master lists them at the scrape (after the last reload when it does not answer).
+# TYPE seamless_haproxy_workers gauge
+seamless_haproxy_workers{generation="current"} 2
+seamless_haproxy_workers{generation="old"} 0
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), "seamless_haproxy_workers"); err != nil {
+		t.Error(err)
+	}
+	fail = true
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), "seamless_haproxy_workers"); err != nil {
+		t.Errorf("after a failed count: %v", err)
 	}
 }
