@@ -134,9 +134,11 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 		ready = disc.applier.Ready
 		disc.run()
 	}
+	opts.Output = os.Stderr
 	if cfg.LogFormat == "json" {
 		opts.Output = haproxyLines{log}
 	}
+	opts.Output = onceEach(opts.Output)
 	if sig := endWatch(); sig != nil {
 		return stoppedStarting(sig, log)
 	}
