@@ -517,7 +517,7 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 		return
 	}
 	a.recheck, a.why = rend.Recheck, ""
-	change := describe(Change(a.applied, st.Local()), a.runRend, rend)
+	change := a.brief(why, describe(Change(a.applied, st.Local()), a.runRend, rend))
 	if bytes.Equal(rend.Config, a.running) && !force {
 		a.runRend = &rend
 		a.applied = st.Local()

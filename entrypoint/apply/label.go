@@ -67,3 +67,19 @@ func unchangedLabel(change string) string {
 func consulItself(in model.Instance) bool {
 	return in.Source == "consul" && in.Name == "consul" && in.ServiceID() == "consul"
 }
+
+// briefServices is how many services a change names at info level and in
+// /status.
+const briefServices = 5
+
+// brief shortens a change that names many services to the first few and
+// a count ("… (+4995 more)"), and logs the whole at debug: a
+// catalog of 5,000 services must not make 170 KB log lines and rows.
+func (a *Applier) brief(why, change string) string {
+	parts := strings.Split(change, "; ")
+	if len(parts) <= briefServices {
+		return change
+	}
+	a.log.Debug("the whole change", "why", why, "change", change)
+	return fmt.Sprintf("%s (+%d more)", strings.Join(parts[:briefServices], "; "), len(parts)-briefServices)
+}

@@ -116,3 +116,25 @@ func TestConsulsOwnServiceIsNotCountedAsDiscovered(t *testing.T) {
 		t.Errorf("seamless_discovered{kind=services} = %v, want 2", got)
 	}
 }
+
+// 5,000 new services are one short change at info and in /status; the
+// full list is logged at debug.
+func TestALongChangeIsSummarised(t *testing.T) {
+	src := newSource("consul")
+	r := newRig(t, t.TempDir(), lines{}, src)
+	src.send("web=10.0.0.1")
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	r.run(t)
+	many := []string{"web=10.0.0.1"}
+	for i := range 5000 {
+		many = append(many, fmt.Sprintf("svc%04d=10.1.%d.%d", i, i/250, i%250))
+	}
+	src.send(many...)
+	testenv.Eventually(t, 5*time.Second, "the change is applied", func() bool { return len(r.a.History()) == 1 })
+	c := r.a.History()[0].Change
+	if len(c) > 1024 || !strings.HasPrefix(c, "svc0000: new service (1 instance); ") || !strings.Contains(c, "(+4995 more)") {
+		t.Errorf("change of %d bytes: %.300s", len(c), c)
+	}
+}

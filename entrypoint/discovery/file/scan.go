@@ -269,8 +269,11 @@ func parseSafely(file string, data []byte) (svc *service, err error) {
 	return parse(file, data)
 }
 
-// logChanges logs what changed between two scans, service by service:
-// "service changed service=web added=1 removed=0 changed=2 instances=4".
+// logChanges logs what changed between two scans: one info line with the
+// counts and the first few names (a directory of 5,000 services, or one
+// file written a thousand times, must not flood the log), and a line per
+// service at debug: "service changed service=web added=1 removed=0
+// changed=2 instances=4".
 func logChanges(log *slog.Logger, before, after map[string]*service, files map[string]string) {
 	var names []string
 	for n := range before {
@@ -282,18 +285,36 @@ func logChanges(log *slog.Logger, before, after map[string]*service, files map[s
 		}
 	}
 	slices.Sort(names)
+	var added, removed, changed []string
 	for _, n := range names {
 		b, a := before[n], after[n]
 		switch {
 		case b == nil:
-			log.Info("service added", "service", n, "file", files[n], "instances", len(a.instances))
+			added = append(added, n)
+			log.Debug("service added", "service", n, "file", files[n], "instances", len(a.instances))
 		case a == nil:
-			log.Info("service removed", "service", n, "instances_before", len(b.instances))
+			removed = append(removed, n)
+			log.Debug("service removed", "service", n, "instances_before", len(b.instances))
 		default:
-			added, removed, changed := model.DiffInstances(b.instances, a.instances)
-			if added+removed+changed > 0 {
-				log.Info("service changed", "service", n, "file", files[n], "added", added, "removed", removed, "changed", changed, "instances", len(a.instances))
+			add, rm, ch := model.DiffInstances(b.instances, a.instances)
+			if add+rm+ch > 0 {
+				changed = append(changed, n)
+				log.Debug("service changed", "service", n, "file", files[n], "added", add, "removed", rm, "changed", ch, "instances", len(a.instances))
 			}
 		}
 	}
+	if len(added)+len(removed)+len(changed) == 0 {
+		return
+	}
+	log.Info("services files changed", "added", len(added), "removed", len(removed), "changed", len(changed),
+		"services", firstFew(slices.Concat(added, removed, changed)))
+}
+
+// firstFew names up to five services and counts the rest.
+func firstFew(names []string) string {
+	const few = 5
+	if len(names) <= few {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s (+%d more)", strings.Join(names[:few], ", "), len(names)-few)
 }
