@@ -126,7 +126,9 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 	// bound once, so that a reload that would fail to bind is never sent.
 	validator.GuardBinds()
 	checker = validator
-	rl = reload.New(cli, validator, tap, m, log, cfg.ReloadTimeout)
+	reloads := newReloadLog(cl.ConfigFiles)
+	rl = reload.New(cli, reloads.checker(validator), tap, m, log, cfg.ReloadTimeout)
+	rl.OnDone = reloads.done
 	opts := supervisor.Options{Bin: bin, Args: cl.RunArgs(extra...), Env: env, StopGrace: cfg.StopGrace, Signals: sigs}
 	ready := func() error { return nil }
 	if disc != nil {
@@ -146,7 +148,7 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 
 	if cfg.StatusAddr != "" {
 		srv, err := status.Listen(cfg.StatusAddr, m.Registry, sup.Healthy, ready, log,
-			status.WithStatus(statusProvider(disc, cli, cl.ConfigFiles)))
+			status.WithStatus(statusProvider(disc, cli, cl.ConfigFiles, reloads)))
 		if err != nil {
 			log.Error("cannot listen on SEAMLESS_STATUS_ADDR", "addr", cfg.StatusAddr, "err", err)
 			return exitUsage

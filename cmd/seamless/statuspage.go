@@ -24,8 +24,8 @@ const showProcTimeout = time.Second
 // statusProvider makes /status and the page at / from what serve has: the
 // discovery half (nil in drop-in mode), the master CLI, and the files
 // HAProxy loads (in discovery mode, the rendered one).
-func statusProvider(disc *discovery, cli *haproxy.MasterCLI, configFiles []string) status.Provider {
-	p := &statusPage{procs: cli, files: slices.Clone(configFiles), now: time.Now, timeout: showProcTimeout}
+func statusProvider(disc *discovery, cli *haproxy.MasterCLI, configFiles []string, reloads *reloadLog) status.Provider {
+	p := &statusPage{procs: cli, stats: cli, reloads: reloads, files: slices.Clone(configFiles), now: time.Now, timeout: showProcTimeout}
 	if disc != nil {
 		p.applier = disc.applier
 	}
@@ -37,6 +37,7 @@ func statusProvider(disc *discovery, cli *haproxy.MasterCLI, configFiles []strin
 type applierView interface {
 	Statuses() []model.SourceStatus
 	History() []apply.Record
+	Running() apply.Running
 }
 
 // procLister is the master CLI as the page uses it.
@@ -44,9 +45,16 @@ type procLister interface {
 	ShowProc(ctx context.Context) (haproxy.Procs, error)
 }
 
+// statReader sends a command to the master CLI (`@1 show stat`).
+type statReader interface {
+	Do(ctx context.Context, cmd string) (string, error)
+}
+
 type statusPage struct {
 	applier  applierView // nil in drop-in mode
 	procs    procLister
+	stats    statReader // nil: no backends shown
+	reloads  *reloadLog // nil: no reloads shown
 	files    []string
 	hostname string
 	now      func() time.Time
@@ -62,10 +70,20 @@ func (p *statusPage) report(ctx context.Context) status.Report {
 	if commit != "unknown" {
 		r.Commit = commit
 	}
+	var run apply.Running
 	if p.applier != nil {
 		r.Mode = status.ModeDiscovery
 		r.Sources = sources(p.applier.Statuses())
 		r.Applies = applies(p.applier.History())
+		run = p.applier.Running()
+		r.Skipped = run.Skipped
+	}
+	if p.reloads != nil {
+		r.Reloads = p.reloads.history()
+		p.reloads.annotate(r.ConfigFiles)
+	}
+	if p.stats != nil {
+		r.Backends, r.BackendsError = p.backends(ctx, run)
 	}
 	return r
 }

@@ -91,8 +91,9 @@ type Applier struct {
 
 	ready atomic.Pointer[error]
 
-	mu      sync.Mutex // guards history
+	mu      sync.Mutex // guards history and view
 	history []Record
+	view    Running
 }
 
 // Record is one apply, for /status.
@@ -121,6 +122,7 @@ const historySize = 20
 
 func (a *Applier) record(how, why, change string, start time.Time, err error) {
 	a.opts.Metrics.Applies.WithLabelValues(how).Inc()
+	a.publish()
 	r := Record{Time: start, Reason: why, Change: change, How: how, Duration: time.Since(start)}
 	if err != nil {
 		r.Error = err.Error()
@@ -341,6 +343,7 @@ func (a *Applier) first(ctx context.Context, complete bool) error {
 	}
 	a.applied = st.Local()
 	a.runRend, a.recheck = &rend, rend.Recheck
+	a.publish()
 	a.countDiscovered()
 	a.opts.Metrics.LastApply.SetToCurrentTime()
 	a.setReady(a.startReadiness(missing))

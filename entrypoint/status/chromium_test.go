@@ -140,7 +140,7 @@ func TestHostilePageInChromium(t *testing.T) {
 	// In serialised HTML a text's "<" is "&lt;" and an attribute's '"' is
 	// "&quot;", so these patterns see every element and attribute.
 	allowed := map[string]bool{}
-	for _, e := range strings.Fields("html head meta title style body header main section h1 h2 small div span a table thead tbody tr th td code p") {
+	for _, e := range strings.Fields("html head meta title style body header main section h1 h2 small div span a table thead tbody tr th td code p ul li") {
 		allowed[e] = true
 	}
 	tags := tagRe.FindAllStringSubmatch(dom, -1)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/seamless-lb/seamless/entrypoint/metrics"
@@ -32,7 +33,18 @@ var page = template.Must(template.New("page").Funcs(template.FuncMap{
 		}
 		return "other"
 	},
-	"refresh": func() int { return RefreshSeconds },
+	"refresh":     func() int { return RefreshSeconds },
+	"stateClass":  stateClass,
+	"healthClass": healthClass,
+	"reloadClass": func(result string) string {
+		switch result {
+		case ReloadOK:
+			return "ok"
+		case ReloadRefused:
+			return "warn"
+		}
+		return "bad"
+	},
 }).Parse(pageSource))
 
 // servePage answers GET / with the Report as a page.
@@ -110,4 +122,34 @@ func size(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/1024)
 	}
 	return fmt.Sprintf("%.1f MiB", float64(n)/(1024*1024))
+}
+
+// stateClass colours HAProxy's server state: "UP 1/3", "MAINT (via
+// web/s1)", "no check".
+func stateClass(state string) string {
+	word, _, _ := strings.Cut(state, " ")
+	switch word {
+	case "UP", "OPEN":
+		return "st-up"
+	case "DRAIN", "NOLB":
+		return "st-drain"
+	case "MAINT":
+		return "st-maint"
+	case "DOWN":
+		return "st-down"
+	}
+	return "none"
+}
+
+// healthClass colours a source's health.
+func healthClass(h string) string {
+	switch h {
+	case "passing":
+		return "ok"
+	case "warning":
+		return "warn"
+	case "critical":
+		return "bad"
+	}
+	return "none"
 }

@@ -36,12 +36,73 @@ type Report struct {
 	// Applies are the latest discovery applies, newest first; none in
 	// drop-in mode.
 	Applies []Apply `json:"applies"`
-	// ConfigFiles are the files HAProxy loads, as they are on disk now.
-	// In discovery mode that is the rendered file, which is always what
-	// runs; in drop-in mode a file may have been edited since the last
-	// reload.
+	// Reloads are HAProxy's latest reloads, newest first: signals in
+	// drop-in mode, applies that needed one in discovery mode.
+	Reloads []Reload `json:"reloads"`
+	// ConfigFiles are the files HAProxy loads, as they are on disk now,
+	// each with the digest of what runs. In discovery mode the rendered
+	// file is always what runs; in drop-in mode a file may have been
+	// edited, or refused, since the last reload.
 	ConfigFiles []ConfigFile `json:"config_files"`
 	HAProxy     HAProxy      `json:"haproxy"`
+	// Backends are the backends and servers the running worker reports
+	// (`show stat`), in its order; with the built-in template each server
+	// slot also names the instance in it. Whatever the template.
+	Backends []Backend `json:"backends"`
+	// BackendsError: the worker did not answer; Backends is empty.
+	BackendsError string `json:"backends_error,omitempty"`
+	// Skipped: what the running configuration leaves out and why (a
+	// service without routing tags, a route another service holds, an
+	// invalid tag), one line each.
+	Skipped []string `json:"skipped"`
+}
+
+// Reload is one reload attempt.
+type Reload struct {
+	Time time.Time `json:"time"`
+	// Trigger: the signals ("SIGHUP ×2") or the command ("discovery:
+	// consul") that asked for it; coalesced requests are listed together.
+	Trigger string `json:"trigger"`
+	// Result: ReloadOK, ReloadRefused (haproxy -c, or the new worker, did
+	// not load it; the old workers serve on), ReloadFailed (not
+	// confirmed, or -c could not run).
+	Result          string  `json:"result"`
+	DurationSeconds float64 `json:"duration_seconds"`
+	Error           string  `json:"error,omitempty"`
+	// Alerts are HAProxy's own [ALERT] lines for a refused reload.
+	Alerts []string `json:"alerts,omitempty"`
+}
+
+// Results of Reload.Result.
+const (
+	ReloadOK      = "ok"
+	ReloadRefused = "refused"
+	ReloadFailed  = "failed"
+)
+
+// Backend is one backend of the running worker.
+type Backend struct {
+	Name string `json:"name"`
+	// Status as `show stat` gives it: UP, DOWN.
+	Status   string          `json:"status"`
+	Sessions int             `json:"sessions"` // current sessions
+	Servers  []BackendServer `json:"servers"`
+}
+
+// BackendServer is one server (slot) of a backend.
+type BackendServer struct {
+	Name string `json:"name"`
+	// Address is address:port as HAProxy uses it; empty for a free slot.
+	Address string `json:"address,omitempty"`
+	// State is HAProxy's live state: UP, DOWN, DRAIN, MAINT, "no check",
+	// with its detail ("UP 1/3", "MAINT (resolution)").
+	State    string `json:"state"`
+	Sessions int    `json:"sessions"` // current sessions
+	// Instance is the instance seamless put in this slot, "" when free
+	// or not seamless's (a user template, drop-in); Health is its
+	// source's health (passing, warning, critical, maintenance).
+	Instance string `json:"instance,omitempty"`
+	Health   string `json:"health,omitempty"`
 }
 
 // Modes of Report.Mode.
@@ -84,10 +145,18 @@ type Apply struct {
 // ConfigFile is one configuration file HAProxy loads.
 type ConfigFile struct {
 	Path string `json:"path"`
-	// SHA256 is the hex digest of the content.
+	// SHA256 is the hex digest of the content on disk.
 	SHA256   string    `json:"sha256,omitempty"`
 	Size     int64     `json:"size"`
 	Modified time.Time `json:"modified,omitzero"`
+	// RunningSHA256 is the digest of what HAProxy runs: the content read
+	// for the last confirmed reload, or at start.
+	RunningSHA256 string `json:"running_sha256,omitempty"`
+	// DiffersSince, when set, is since when the file on disk is not what
+	// runs, and DiffersReason why (the refusal's error, or "not reloaded
+	// since it changed").
+	DiffersSince  time.Time `json:"differs_since,omitzero"`
+	DiffersReason string    `json:"differs_reason,omitempty"`
 	// Error: the file could not be read; the other fields are empty.
 	Error string `json:"error,omitempty"`
 }
@@ -124,6 +193,12 @@ func (c checks) report(ctx context.Context, p Provider) Report {
 	r.Ready, r.UnreadyReason = outcome(c.readyz())
 	r.Sources = nonNil(r.Sources)
 	r.Applies = nonNil(r.Applies)
+	r.Reloads = nonNil(r.Reloads)
+	r.Backends = nonNil(r.Backends)
+	r.Skipped = nonNil(r.Skipped)
+	for i := range r.Backends {
+		r.Backends[i].Servers = nonNil(r.Backends[i].Servers)
+	}
 	r.ConfigFiles = nonNil(r.ConfigFiles)
 	r.HAProxy.Workers = nonNil(r.HAProxy.Workers)
 	r.HAProxy.OldWorkers = nonNil(r.HAProxy.OldWorkers)

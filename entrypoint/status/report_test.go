@@ -40,17 +40,47 @@ func fixture() Report {
 		Applies: []Apply{
 			{Time: t0.Add(-2 * time.Second), Reason: "consul", Change: "web: +2 instances", How: metrics.Runtime, DurationSeconds: 0.0042},
 			{Time: t0.Add(-95 * time.Second), Reason: "consul, docker", Change: "api: new service (3 instances); web: 1 now critical", How: metrics.Reloaded, DurationSeconds: 0.183},
-			{Time: t0.Add(-3 * time.Minute), Reason: "docker", Change: "no service changed", How: metrics.Unchanged, DurationSeconds: 0.0009},
+			{Time: t0.Add(-3 * time.Minute), Reason: "docker", Change: "the configuration is the same; catalog: web: 1 instance changed", How: metrics.Unchanged, DurationSeconds: 0.0009},
 			{Time: t0.Add(-7 * time.Minute), Reason: "SIGHUP", How: metrics.Refused, DurationSeconds: 0.021,
 				Error: `template: /etc/seamless/haproxy.cfg.tmpl:12: function "servce" not defined`},
 			{Time: t0.Add(-12 * time.Minute), Reason: "file", Change: "admin: new service (1 instance)", How: metrics.Failed, DurationSeconds: 1.52,
 				Error: "reload failed, old workers keep serving: [ALERT] Binding [haproxy.cfg:41] for frontend admin: cannot bind socket (Address in use) [0.0.0.0:8443]"},
 		},
+		Reloads: []Reload{
+			{Time: t0.Add(-95 * time.Second), Trigger: "discovery: consul, docker", Result: ReloadOK, DurationSeconds: 0.151},
+			{Time: t0.Add(-12 * time.Minute), Trigger: "discovery: file", Result: ReloadRefused, DurationSeconds: 1.49,
+				Error:  "HAProxy refused the new configuration",
+				Alerts: []string{"[ALERT]    (412) : Binding [/var/lib/seamless/haproxy.cfg:41] for frontend admin: cannot bind socket (Address in use) [0.0.0.0:8443]"}},
+		},
 		ConfigFiles: []ConfigFile{{
 			Path:   "/var/lib/seamless/haproxy.cfg",
 			SHA256: "5f1c0f4bd1e57a3b0f22a8e8d1f1b0e8c9f8a0d6c3e2b7a1f4e5d6c7b8a9f0e1",
 			Size:   18734, Modified: t0.Add(-95 * time.Second),
+			RunningSHA256: "5f1c0f4bd1e57a3b0f22a8e8d1f1b0e8c9f8a0d6c3e2b7a1f4e5d6c7b8a9f0e1",
+		}, {
+			Path:   "/usr/local/etc/haproxy/extra.cfg",
+			SHA256: "0b9e3d1c55aa41f2a8c7e6d5b4a3928170f6e5d4c3b2a1908f7e6d5c4b3a2910",
+			Size:   512, Modified: t0.Add(-9 * time.Minute),
+			RunningSHA256: "c4d2a6e0f19b83a7d5e4c3b2a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2",
+			DiffersSince:  t0.Add(-8 * time.Minute),
+			DiffersReason: "[ALERT]    (77) : config : parsing [/usr/local/etc/haproxy/extra.cfg:3] : unknown keyword 'tiemout' in 'defaults' section",
 		}},
+		Backends: []Backend{
+			{Name: "web", Status: "UP", Sessions: 14, Servers: []BackendServer{
+				{Name: "s1", Address: "10.0.1.5:8080", State: "UP", Sessions: 9, Instance: "node-1/web-1", Health: "passing"},
+				{Name: "s2", Address: "10.0.1.6:8080", State: "DRAIN", Sessions: 5, Instance: "node-2/web-2", Health: "critical"},
+				{Name: "s3", Address: "10.0.1.7:8080", State: "MAINT", Sessions: 0, Instance: "node-3/web-3", Health: "maintenance"},
+				{Name: "s4", State: "MAINT", Sessions: 0},
+			}},
+			{Name: "api", Status: "UP", Sessions: 2, Servers: []BackendServer{
+				{Name: "s1", Address: "10.0.2.8:9000", State: "UP", Sessions: 2, Instance: "api-7f9c", Health: "warning"},
+				{Name: "s2", Address: "10.0.2.9:9000", State: "DOWN", Sessions: 0, Instance: "api-d41e", Health: "passing"},
+			}},
+		},
+		Skipped: []string{
+			`service admin: tag seamless.http.host="admin" duplicates service web's route web.example.com/ (registered first)`,
+			"service metrics: no seamless.* tags",
+		},
 		HAProxy: HAProxy{
 			Version:    "3.2.4-1",
 			Master:     &Proc{Pid: 7, Reloads: 3, Version: "3.2.4-1"},
@@ -167,6 +197,11 @@ func hostile() Report {
 	r.ConfigFiles[0].SHA256 = `" onclick="alert(1)`
 	r.HAProxy.Version = x
 	r.HAProxy.Error = "master CLI: " + x
+	r.Backends[0].Servers[0].Name = x
+	r.Backends[0].Servers[1].State = `DRAIN" onclick="alert(1)`
+	r.Reloads[1].Alerts = []string{x}
+	r.Skipped = append(r.Skipped, x)
+	r.ConfigFiles[1].DiffersReason = x
 	return r
 }
 

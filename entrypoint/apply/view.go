@@ -1,0 +1,49 @@
+package apply
+
+import (
+	"net"
+	"slices"
+	"strconv"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+)
+
+// Running is what the running configuration was rendered from, for
+// /status: its server slots, the source health of the instance in each,
+// and what it leaves out.
+type Running struct {
+	Slots []model.ServerSlot
+	// Health by slot index: the instance's status; "" for a free slot.
+	Health  []string
+	Skipped []string
+}
+
+// Running returns the view of the running rendering (empty before the
+// first one, and for templates without slots).
+func (a *Applier) Running() Running {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.view
+}
+
+// publish copies what /status shows of the running rendering; it runs on
+// the applier's goroutine, which owns runRend and applied.
+func (a *Applier) publish() {
+	if a.runRend == nil {
+		return
+	}
+	v := Running{Slots: slices.Clone(a.runRend.Servers), Skipped: slices.Clone(a.runRend.Skipped)}
+	health := map[string]string{}
+	for _, in := range a.applied.Instances {
+		health[in.ID+" "+net.JoinHostPort(in.Address, strconv.Itoa(in.Port))] = in.Status
+	}
+	v.Health = make([]string, len(v.Slots))
+	for i, s := range v.Slots {
+		if s.Instance != "" {
+			v.Health[i] = health[s.Instance+" "+net.JoinHostPort(s.Address, strconv.Itoa(s.Port))]
+		}
+	}
+	a.mu.Lock()
+	a.view = v
+	a.mu.Unlock()
+}
