@@ -34,7 +34,11 @@ func (p *statusPage) backends(ctx context.Context, run apply.Running) ([]status.
 	for i := range bs {
 		for j := range bs[i].Servers {
 			srv := &bs[i].Servers[j]
-			if k, ok := slots[slotKey{bs[i].Name, srv.Name}]; ok && run.Slots[k].Instance != "" {
+			k, ok := slots[slotKey{bs[i].Name, srv.Name}]
+			if ok && run.Slots[k].Instance == "" {
+				srv.Address = "" // a free slot's placeholder
+			}
+			if ok && run.Slots[k].Instance != "" {
 				srv.Instance = run.Slots[k].Instance
 				if k < len(run.Health) {
 					srv.Health = run.Health[k]

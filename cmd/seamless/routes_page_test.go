@@ -85,6 +85,14 @@ func TestBackendsViewShowsHAProxysLiveStates(t *testing.T) {
 	if s := states[maint.Name]; !strings.HasPrefix(s.State, "MAINT") || s.Instance != maint.Instance {
 		t.Errorf("slot in maintenance %+v", s)
 	}
+	if !slices.Contains(r.Routes, status.Route{Match: "host 127.0.0.1 path /", Service: "web", Backend: web.Name}) {
+		t.Errorf("routes %+v, want 127.0.0.1/ to web's backend %s", r.Routes, web.Name)
+	}
+	for _, s := range states {
+		if s.Instance == "" && s.Address != "" {
+			t.Errorf("free slot %+v shows its placeholder address", s)
+		}
+	}
 	if !slices.ContainsFunc(r.Skipped, func(s string) bool { return strings.Contains(s, "plain") }) {
 		t.Errorf("skipped %q, want the service without routing tags", r.Skipped)
 	}
@@ -102,6 +110,7 @@ func TestBackendsViewShowsHAProxysLiveStates(t *testing.T) {
 		"<code>" + drained.Instance + "</code>",
 		"<code>" + maint.Instance + "</code>",
 		"<code>" + web.Name + "</code>",
+		"<td class=\"text\">host 127.0.0.1 path /</td>",
 	} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("the page as Chromium built it lacks %s", want)

@@ -77,6 +77,9 @@ func (p *statusPage) report(ctx context.Context) status.Report {
 		r.Applies = applies(p.applier.History())
 		run = p.applier.Running()
 		r.Skipped = run.Skipped
+		for _, rt := range run.Routes {
+			r.Routes = append(r.Routes, status.Route{Match: rt.Match, Service: rt.Service, Backend: rt.Backend})
+		}
 	}
 	if p.reloads != nil {
 		r.Reloads = p.reloads.history()

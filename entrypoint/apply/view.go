@@ -16,6 +16,7 @@ type Running struct {
 	// Health by slot index: the instance's status; "" for a free slot.
 	Health  []string
 	Skipped []string
+	Routes  []model.Route
 }
 
 // Running returns the view of the running rendering (empty before the
@@ -32,7 +33,8 @@ func (a *Applier) publish() {
 	if a.runRend == nil {
 		return
 	}
-	v := Running{Slots: slices.Clone(a.runRend.Servers), Skipped: slices.Clone(a.runRend.Skipped)}
+	v := Running{Slots: slices.Clone(a.runRend.Servers), Skipped: slices.Clone(a.runRend.Skipped),
+		Routes: slices.Clone(a.runRend.Routes)}
 	health := map[string]string{}
 	for _, in := range a.applied.Instances {
 		health[in.ID+" "+net.JoinHostPort(in.Address, strconv.Itoa(in.Port))] = in.Status

@@ -250,6 +250,18 @@ type Rendering struct {
 	// Recheck, when set, is when the same State must be rendered again
 	// (a removed instance has finished draining).
 	Recheck time.Time
+	// Routes are the built-in template's routes in the order HAProxy
+	// tries them, for /status; empty for user templates.
+	Routes []Route
+}
+
+// Route is where the built-in template sends traffic, for /status.
+type Route struct {
+	// Match is "host web.example path /api", "any host path /", or
+	// "tcp port 5432".
+	Match   string `json:"match"`
+	Service string `json:"service"`
+	Backend string `json:"backend"`
 }
 
 // States of a server slot, as the runtime API sets them.

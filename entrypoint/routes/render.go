@@ -92,6 +92,7 @@ func (r *Renderer) Render(st model.State) (model.Rendering, error) {
 		c = *res.Catalog
 	}
 	rt, skipped := r.Build(c)
+	out.Routes = statusRoutes(rt)
 	for _, s := range skipped {
 		out.Skipped = append(out.Skipped, s.String())
 	}

@@ -45,6 +45,10 @@ type Report struct {
 	// edited, or refused, since the last reload.
 	ConfigFiles []ConfigFile `json:"config_files"`
 	HAProxy     HAProxy      `json:"haproxy"`
+	// Routes are where the built-in template sends traffic, in the order
+	// HAProxy tries them: each to a service's backend, whose servers are
+	// in Backends. Empty for user templates and in drop-in mode.
+	Routes []Route `json:"routes"`
 	// Backends are the backends and servers the running worker reports
 	// (`show stat`), in its order; with the built-in template each server
 	// slot also names the instance in it. Whatever the template.
@@ -55,6 +59,15 @@ type Report struct {
 	// service without routing tags, a route another service holds, an
 	// invalid tag), one line each.
 	Skipped []string `json:"skipped"`
+}
+
+// Route is one HTTP rule or TCP port of the built-in template.
+type Route struct {
+	// Match: "host web.example path /api", "any host path /" (catches
+	// what nothing else does), "tcp port 5432".
+	Match   string `json:"match"`
+	Service string `json:"service"`
+	Backend string `json:"backend"`
 }
 
 // Reload is one reload attempt.
@@ -195,6 +208,7 @@ func (c checks) report(ctx context.Context, p Provider) Report {
 	r.Applies = nonNil(r.Applies)
 	r.Reloads = nonNil(r.Reloads)
 	r.Backends = nonNil(r.Backends)
+	r.Routes = nonNil(r.Routes)
 	r.Skipped = nonNil(r.Skipped)
 	for i := range r.Backends {
 		r.Backends[i].Servers = nonNil(r.Backends[i].Servers)

@@ -65,14 +65,19 @@ func fixture() Report {
 			DiffersSince:  t0.Add(-8 * time.Minute),
 			DiffersReason: "[ALERT]    (77) : config : parsing [/usr/local/etc/haproxy/extra.cfg:3] : unknown keyword 'tiemout' in 'defaults' section",
 		}},
+		Routes: []Route{
+			{Match: "host web.example.com path /api", Service: "api", Backend: "http-api"},
+			{Match: "host web.example.com path /", Service: "web", Backend: "http-web"},
+			{Match: "tcp port 5432", Service: "db", Backend: "tcp-db"},
+		},
 		Backends: []Backend{
-			{Name: "web", Status: "UP", Sessions: 14, Servers: []BackendServer{
+			{Name: "http-web", Status: "UP", Sessions: 14, Servers: []BackendServer{
 				{Name: "s1", Address: "10.0.1.5:8080", State: "UP", Sessions: 9, Instance: "node-1/web-1", Health: "passing"},
 				{Name: "s2", Address: "10.0.1.6:8080", State: "DRAIN", Sessions: 5, Instance: "node-2/web-2", Health: "critical"},
 				{Name: "s3", Address: "10.0.1.7:8080", State: "MAINT", Sessions: 0, Instance: "node-3/web-3", Health: "maintenance"},
 				{Name: "s4", State: "MAINT", Sessions: 0},
 			}},
-			{Name: "api", Status: "UP", Sessions: 2, Servers: []BackendServer{
+			{Name: "http-api", Status: "UP", Sessions: 2, Servers: []BackendServer{
 				{Name: "s1", Address: "10.0.2.8:9000", State: "UP", Sessions: 2, Instance: "api-7f9c", Health: "warning"},
 				{Name: "s2", Address: "10.0.2.9:9000", State: "DOWN", Sessions: 0, Instance: "api-d41e", Health: "passing"},
 			}},
@@ -201,6 +206,7 @@ func hostile() Report {
 	r.Backends[0].Servers[1].State = `DRAIN" onclick="alert(1)`
 	r.Reloads[1].Alerts = []string{x}
 	r.Skipped = append(r.Skipped, x)
+	r.Routes[0].Match = x
 	r.ConfigFiles[1].DiffersReason = x
 	return r
 }
