@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/seamless-lb/seamless/entrypoint/apply"
@@ -154,7 +155,9 @@ func configFiles(paths []string) []status.ConfigFile {
 }
 
 func configFile(path string) status.ConfigFile {
-	f, err := os.Open(path)
+	// Non-blocking, and regular files only: opening a FIFO put in the
+	// configuration's place would otherwise wait for a writer forever.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return status.ConfigFile{Path: path, Error: err.Error()}
 	}
@@ -162,6 +165,9 @@ func configFile(path string) status.ConfigFile {
 	st, err := f.Stat()
 	if err != nil {
 		return status.ConfigFile{Path: path, Error: err.Error()}
+	}
+	if !st.Mode().IsRegular() {
+		return status.ConfigFile{Path: path, Error: "not a regular file (" + st.Mode().Type().String() + ")"}
 	}
 	h := sha256.New()
 	n, err := io.Copy(h, f)

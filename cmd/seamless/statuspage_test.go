@@ -179,3 +179,22 @@ func TestStatusProviderInDiscoveryMode(t *testing.T) {
 		t.Errorf("a directory stands for %v, want its .cfg files in order as HAProxy loads them", names)
 	}
 }
+
+// A FIFO in the configuration's place is reported, not waited on: opening
+// it for reading would block until a writer comes.
+func TestConfigFilesDoNotBlockOnAFIFO(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "haproxy.cfg")
+	if err := syscall.Mkfifo(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan []status.ConfigFile, 1)
+	go func() { done <- configFiles([]string{path}) }()
+	select {
+	case fs := <-done:
+		if len(fs) != 1 || !strings.Contains(fs[0].Error, "not a regular file") {
+			t.Errorf("a FIFO: %+v", fs)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("reading the configuration files blocks on a FIFO")
+	}
+}

@@ -11,21 +11,18 @@ import (
 const noServiceChanged = "no service changed"
 
 // describe is the Change of an apply's record and log line: what changed
-// per service, and the server slots whose state moved without a service
-// changing (a drained slot freed), so that no row says "no service
-// changed" while something did.
+// per service or, when no service changed, the server slots whose state
+// moved (a drained slot freed), so that no row says "no service changed"
+// while something did. Slots that follow a service's change (an instance
+// joining takes a free slot) are that change and are not repeated.
 func describe(change string, before *model.Rendering, after model.Rendering) string {
-	if before == nil {
+	if before == nil || change != noServiceChanged {
 		return change
 	}
-	slots := slotChange(before.Servers, after.Servers)
-	switch {
-	case slots == "":
-		return change
-	case change == noServiceChanged:
+	if slots := slotChange(before.Servers, after.Servers); slots != "" {
 		return slots
 	}
-	return change + "; " + slots
+	return change
 }
 
 // slotChange lists the slots whose state differs: "web/s2: drain → maint
