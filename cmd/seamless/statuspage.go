@@ -84,6 +84,16 @@ func (p *statusPage) report(ctx context.Context) status.Report {
 	}
 	if p.reloads != nil {
 		r.Reloads = p.reloads.history()
+	}
+	switch {
+	case p.applier != nil:
+		// The applier keeps the rendered file what runs: it rolls a
+		// refused one back, and a runtime change rewrites it without a
+		// reload.
+		for i := range r.ConfigFiles {
+			r.ConfigFiles[i].RunningSHA256 = r.ConfigFiles[i].SHA256
+		}
+	case p.reloads != nil:
 		p.reloads.annotate(r.ConfigFiles)
 	}
 	if p.stats != nil {

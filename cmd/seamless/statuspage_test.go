@@ -198,3 +198,34 @@ func TestConfigFilesDoNotBlockOnAFIFO(t *testing.T) {
 		t.Fatal("reading the configuration files blocks on a FIFO")
 	}
 }
+
+// In discovery mode the rendered file is what runs, also after a change
+// applied over the runtime API, which rewrites it without a reload: it is
+// never flagged as differing.
+func TestTheRenderedFileIsWhatRuns(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "haproxy.cfg")
+	if err := os.WriteFile(path, []byte("v1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log := newReloadLog([]string{path})
+	if err := os.WriteFile(path, []byte("v2, over the runtime API\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		applier applierView
+		differs bool
+	}{
+		{"drop-in: an edit not reloaded differs", nil, true},
+		{"discovery: the file is what runs", fakeApplier{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &statusPage{applier: tc.applier, procs: fakeProcs{}, reloads: log, files: []string{path}, now: time.Now, timeout: time.Second}
+			f := p.report(context.Background()).ConfigFiles[0]
+			if differs := f.DiffersReason != "" || f.RunningSHA256 != f.SHA256; differs != tc.differs {
+				t.Errorf("%+v: differs %v, want %v", f, differs, tc.differs)
+			}
+		})
+	}
+}
