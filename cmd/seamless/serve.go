@@ -116,7 +116,6 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 			"component", "haproxy", "line", line)
 	}
 	cli := haproxy.NewMasterCLI(cl.MasterSocket)
-	m.WatchWorkers(countWorkers(cli))
 	validator := &haproxy.Validator{Bin: bin, Args: cl.CheckArgs(extra...), Env: env, Run: rp.Output, Files: cl.ConfigFiles}
 	validator, err = haproxy.WithSpeedup(startCtx, validator, cl, extra, filepath.Join(cfg.RunDir, "check-speedup.cfg"))
 	if err != nil {
@@ -129,6 +128,7 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 	reloads := newReloadLog(cl.ConfigFiles)
 	rl = reload.New(cli, reloads.checker(validator), tap, m, log, cfg.ReloadTimeout)
 	rl.OnDone = reloads.done
+	m.WatchWorkers(countWorkers(cli, rl.Busy))
 	opts := supervisor.Options{Bin: bin, Args: cl.RunArgs(extra...), Env: env, StopGrace: cfg.StopGrace, Signals: sigs}
 	ready := func() error { return nil }
 	if disc != nil {

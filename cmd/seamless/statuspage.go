@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -188,10 +189,16 @@ func configFile(path string) status.ConfigFile {
 }
 
 // countWorkers is seamless_haproxy_workers read from `show proc` at each
-// scrape.
-func countWorkers(cli procLister) func(ctx context.Context) (current, old int, err error) {
+// scrape; not while a reload is in flight (busy), when the master
+// re-executes and the reloader itself asks it: the last values stay.
+func countWorkers(cli procLister, busy func() bool) func(ctx context.Context) (current, old int, err error) {
 	return func(ctx context.Context) (int, int, error) {
+		if busy() {
+			return 0, 0, errReloading
+		}
 		p, err := cli.ShowProc(ctx)
 		return len(p.Workers), len(p.Old), err
 	}
 }
+
+var errReloading = errors.New("a reload is in flight")
