@@ -193,3 +193,37 @@ func TestBindGuardAcceptsAPortSharedWithSOREUSEPORT(t *testing.T) {
 		t.Errorf("a port shared with SO_REUSEPORT refused: %v", err)
 	}
 }
+
+// HAProxy skips the names of a -f directory that begin with ".", so the
+// guard does too: a backup's bind is not probed, and an editor's dangling
+// lock link does not stop the guard from probing the real files.
+func TestBindGuardSkipsHiddenFilesOfADirectory(t *testing.T) {
+	held, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	write := func(p, binds string) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte("frontend f\n"+binds), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	backup := t.TempDir()
+	write(filepath.Join(backup, "a.cfg"), "    bind 127.0.0.1:0\n")
+	write(filepath.Join(backup, ".old.cfg"), "    bind "+held.Addr().String()+"\n")
+	if err := NewBindGuard(nil, nil).Check([]string{backup}); err != nil {
+		t.Errorf("a hidden backup's bind was probed: %v", err)
+	}
+
+	lock := t.TempDir()
+	write(filepath.Join(lock, "a.cfg"), "    bind "+held.Addr().String()+"\n")
+	if err := os.Symlink("user@host.1234:1700000000", filepath.Join(lock, ".#a.cfg")); err != nil {
+		t.Fatal(err)
+	}
+	var be *BindError
+	if err := NewBindGuard(nil, nil).Check([]string{lock}); !errors.As(err, &be) {
+		t.Errorf("with an editor's lock link beside it: got %v, want a BindError for %s", err, held.Addr())
+	}
+}

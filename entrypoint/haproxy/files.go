@@ -13,7 +13,8 @@ import (
 // expands them.
 type ConfigFiles struct {
 	// Files in load order: a file as given, a directory as its *.cfg
-	// entries in lexical order.
+	// entries in lexical order, but for names beginning with "." and
+	// sub-directories, which HAProxy skips.
 	Files []string
 	// EmptyDirs are directories with no *.cfg entry: alone on a command
 	// line they load nothing, which HAProxy reports only with its usage.
@@ -46,55 +47,76 @@ func kind(m fs.FileMode) string {
 	}
 }
 
-// ExpandConfigFiles lists what paths load, without opening anything but
-// directories. Anything that is not a regular file, given as a file or
-// found as a *.cfg entry of a directory, is a *NotRegularError (HAProxy
-// itself skips such entries of a directory, but their presence is a
-// mistake worth stopping at). A path that does not exist is listed as it
-// is, for HAProxy to report.
-func ExpandConfigFiles(paths []string) (ConfigFiles, error) {
-	var out ConfigFiles
+// ConfigEntry is one file a list of -f arguments loads.
+type ConfigEntry struct {
+	Path string
+	// NotRegular is set when the path exists and is not a regular file.
+	NotRegular *NotRegularError
+}
+
+// ListConfigFiles lists what paths load, without opening anything but
+// directories, entries that are not regular files included (marked). A
+// path that does not exist is listed as it is, for HAProxy to report.
+func ListConfigFiles(paths []string) (entries []ConfigEntry, emptyDirs []string, err error) {
+	entry := func(p string, fi fs.FileInfo) ConfigEntry {
+		if fi != nil && !fi.Mode().IsRegular() {
+			return ConfigEntry{Path: p, NotRegular: &NotRegularError{Path: p, Mode: fi.Mode()}}
+		}
+		return ConfigEntry{Path: p}
+	}
 	for _, p := range paths {
 		fi, err := os.Stat(p) // follows links, as HAProxy does
 		if err != nil {
-			out.Files = append(out.Files, p)
+			entries = append(entries, ConfigEntry{Path: p})
 			continue
 		}
 		if !fi.IsDir() {
-			if !fi.Mode().IsRegular() {
-				return out, &NotRegularError{Path: p, Mode: fi.Mode()}
-			}
-			out.Files = append(out.Files, p)
+			entries = append(entries, entry(p, fi))
 			continue
 		}
-		entries, err := os.ReadDir(p)
+		des, err := os.ReadDir(p)
 		if err != nil {
-			return out, fmt.Errorf("configuration directory %s: %w", p, err)
+			return entries, emptyDirs, fmt.Errorf("configuration directory %s: %w", p, err)
 		}
 		var names []string
-		for _, e := range entries {
-			if strings.HasSuffix(e.Name(), ".cfg") {
-				names = append(names, e.Name())
+		for _, e := range des {
+			// As HAProxy: names beginning with "." (backups, an editor's
+			// lock links) are not configuration.
+			if n := e.Name(); strings.HasSuffix(n, ".cfg") && !strings.HasPrefix(n, ".") {
+				names = append(names, n)
 			}
 		}
 		sort.Strings(names)
 		if len(names) == 0 {
-			out.EmptyDirs = append(out.EmptyDirs, p)
+			emptyDirs = append(emptyDirs, p)
 		}
 		for _, n := range names {
 			f := filepath.Join(p, n)
-			fi, err := os.Stat(f)
-			if err != nil {
-				out.Files = append(out.Files, f)
-				continue
+			fi, _ := os.Stat(f) // a dangling link is listed, for HAProxy to report
+			if fi != nil && fi.IsDir() {
+				continue // HAProxy skips it
 			}
-			if !fi.Mode().IsRegular() {
-				return out, &NotRegularError{Path: f, Mode: fi.Mode()}
-			}
-			out.Files = append(out.Files, f)
+			entries = append(entries, entry(f, fi))
 		}
 	}
-	return out, nil
+	return entries, emptyDirs, nil
+}
+
+// ExpandConfigFiles lists what paths load, as ListConfigFiles. Anything
+// that is not a regular file, given as a file or found as a *.cfg entry of
+// a directory, is a *NotRegularError (HAProxy itself skips such entries of
+// a directory, but their presence is a mistake worth stopping at); Files
+// then holds the files before it.
+func ExpandConfigFiles(paths []string) (ConfigFiles, error) {
+	entries, empty, err := ListConfigFiles(paths)
+	out := ConfigFiles{EmptyDirs: empty}
+	for _, e := range entries {
+		if e.NotRegular != nil {
+			return out, e.NotRegular
+		}
+		out.Files = append(out.Files, e.Path)
+	}
+	return out, err
 }
 
 // emptyDirNote explains a directory that loads nothing.

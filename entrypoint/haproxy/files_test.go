@@ -44,6 +44,18 @@ func TestExpandConfigFiles(t *testing.T) {
 	withPipe := filepath.Join(dir, "withpipe")
 	pipeEntry := fifo(filepath.Join(withPipe, "x.cfg"))
 	missing := filepath.Join(dir, "missing.cfg")
+	hidden := filepath.Join(dir, "hidden")
+	shown := touch(filepath.Join(hidden, "a.cfg"))
+	touch(filepath.Join(hidden, ".old.cfg"))
+	if err := os.Symlink("nowhere", filepath.Join(hidden, ".#a.cfg")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(hidden, ".pipe.cfg"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(hidden, "sub.cfg"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 
 	for _, tc := range []struct {
 		name      string
@@ -56,6 +68,7 @@ func TestExpandConfigFiles(t *testing.T) {
 		{"a directory as its *.cfg files in lexical order", []string{confd}, []string{c, b}, nil, ""},
 		{"a directory without *.cfg loads nothing", []string{file, empty}, []string{file}, []string{empty}, ""},
 		{"a missing file is left for HAProxy to report", []string{missing}, []string{missing}, nil, ""},
+		{"names beginning with a dot and directories are skipped, as HAProxy does", []string{hidden}, []string{shown}, nil, ""},
 		{"a FIFO given as a file is refused", []string{file, pipe}, nil, nil, pipe},
 		{"a FIFO found in a directory is refused", []string{withPipe}, nil, nil, pipeEntry},
 		{"a device is refused", []string{"/dev/null"}, nil, nil, "/dev/null"},
