@@ -7,9 +7,7 @@ import (
 	"errors"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -145,29 +143,27 @@ func applies(hist []apply.Record) []status.Apply {
 	return out
 }
 
-// configFiles describes the files HAProxy loads for `-f` paths: a
-// directory stands for its non-hidden *.cfg files in lexical order, as
-// HAProxy reads it.
+// configFiles describes the files HAProxy loads for `-f` paths, listed as
+// haproxy.ListConfigFiles does. A file that is not regular (a FIFO swapped
+// in) is named, never opened: opening a FIFO blocks until a writer comes.
 func configFiles(paths []string) []status.ConfigFile {
+	entries, _, err := haproxy.ListConfigFiles(paths)
 	var out []status.ConfigFile
-	for _, path := range paths {
-		entries, err := os.ReadDir(path)
-		if err != nil {
-			out = append(out, configFile(path)) // a file, or an error to show
+	for _, e := range entries {
+		if e.NotRegular != nil {
+			out = append(out, status.ConfigFile{Path: e.Path, Error: e.NotRegular.Error()})
 			continue
 		}
-		for _, e := range entries { // sorted by name
-			if n := e.Name(); !e.IsDir() && strings.HasSuffix(n, ".cfg") && !strings.HasPrefix(n, ".") {
-				out = append(out, configFile(filepath.Join(path, n)))
-			}
-		}
+		out = append(out, configFile(e.Path))
+	}
+	if err != nil {
+		out = append(out, status.ConfigFile{Error: err.Error()})
 	}
 	return out
 }
 
 func configFile(path string) status.ConfigFile {
-	// Non-blocking, and regular files only: opening a FIFO put in the
-	// configuration's place would otherwise wait for a writer forever.
+	// O_NONBLOCK: a FIFO swapped in since the listing must not block.
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return status.ConfigFile{Path: path, Error: err.Error()}
@@ -178,7 +174,7 @@ func configFile(path string) status.ConfigFile {
 		return status.ConfigFile{Path: path, Error: err.Error()}
 	}
 	if !st.Mode().IsRegular() {
-		return status.ConfigFile{Path: path, Error: "not a regular file (" + st.Mode().Type().String() + ")"}
+		return status.ConfigFile{Path: path, Error: (&haproxy.NotRegularError{Path: path, Mode: st.Mode()}).Error()}
 	}
 	h := sha256.New()
 	n, err := io.Copy(h, f)

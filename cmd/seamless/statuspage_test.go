@@ -229,3 +229,44 @@ func TestTheRenderedFileIsWhatRuns(t *testing.T) {
 		})
 	}
 }
+
+// A FIFO swapped in for a config file, given as a file or found in a
+// directory, is named on the page without being opened: opening it would
+// block the request until a writer comes.
+func TestStatusProviderNamesAFIFOWithoutOpeningIt(t *testing.T) {
+	dir := t.TempDir()
+	pipe := filepath.Join(dir, "haproxy.cfg")
+	confd := filepath.Join(dir, "conf.d")
+	if err := os.Mkdir(confd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	entry, after := filepath.Join(confd, "a.cfg"), filepath.Join(confd, "b.cfg")
+	for _, p := range []string{pipe, entry} {
+		if err := syscall.Mkfifo(p, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(after, []byte("global\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := &statusPage{procs: fakeProcs{}, files: []string{pipe, confd}, now: time.Now, timeout: time.Second}
+	done := make(chan status.Report, 1)
+	go func() { done <- p.report(context.Background()) }()
+	var r status.Report
+	select {
+	case r = <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the report blocks on a FIFO")
+	}
+	if len(r.ConfigFiles) != 3 {
+		t.Fatalf("config files %+v, want the two FIFOs and %s", r.ConfigFiles, after)
+	}
+	for i, want := range []string{pipe, entry} {
+		if f := r.ConfigFiles[i]; f.Path != want || !strings.Contains(f.Error, "a FIFO") || f.SHA256 != "" {
+			t.Errorf("entry %d: %+v, want %s named as a FIFO", i, f, want)
+		}
+	}
+	if f := r.ConfigFiles[2]; f.Path != after || f.SHA256 != sha(t, after) {
+		t.Errorf("the file after the FIFO: %+v", f)
+	}
+}
