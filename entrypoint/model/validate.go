@@ -43,9 +43,16 @@ func CheckInstance(in Instance) error {
 	return nil
 }
 
+// haproxySyntax are the characters HAProxy's tokenizer treats specially
+// outside quotes: '#' starts a comment, quotes and '\' change words, '$'
+// expands a variable; braces delimit an anonymous ACL.
+const haproxySyntax = "#\"'\\${}"
+
 // CheckName reports why s cannot be what names a service, an instance or a
-// node: it must be 1 to MaxName bytes of UTF-8 without whitespace or
-// control characters, so that printed raw it stays one word of one line.
+// node: it must be 1 to MaxName bytes of UTF-8 without whitespace, control
+// characters or haproxySyntax, so that printed raw it stays one word of
+// one line (a name with '#' would cut a server line of a user's template,
+// and HAProxy would refuse every configuration while it is registered).
 func CheckName(what, s string) error {
 	switch {
 	case s == "":
@@ -58,6 +65,9 @@ func CheckName(what, s string) error {
 	if i := strings.IndexFunc(s, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }); i >= 0 {
 		r, _ := utf8.DecodeRuneInString(s[i:])
 		return fmt.Errorf("the %s has %s: whitespace and control characters are not accepted", what, describeRune(r))
+	}
+	if i := strings.IndexAny(s, haproxySyntax); i >= 0 {
+		return fmt.Errorf("the %s has %s (%q): HAProxy's configuration reads %s as syntax, not as part of a word", what, describeRune(rune(s[i])), s[i], haproxySyntax)
 	}
 	return nil
 }

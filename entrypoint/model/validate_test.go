@@ -25,6 +25,15 @@ func TestCheckName(t *testing.T) {
 		{"a no-break space", "web\u00a0x", false},
 		{"a line separator", "web\u2028x", false},
 		{"not UTF-8", "web\xff", false},
+		// What HAProxy's tokenizer reads outside quotes: a comment, quotes,
+		// an escape, a variable, an anonymous ACL's braces.
+		{"a hash starts a comment", "web#x", false},
+		{"a double quote", `web"`, false},
+		{"a single quote", "web'", false},
+		{"a backslash", `web\`, false},
+		{"a dollar", "web$HOME", false},
+		{"an opening brace", "web{", false},
+		{"a closing brace", "web}", false},
 		{"256 bytes", strings.Repeat("a", MaxName), true},
 		{"257 bytes", strings.Repeat("a", MaxName+1), false},
 	}

@@ -23,6 +23,14 @@ func TestClassicTemplateLeavesOutHostileRegistrations(t *testing.T) {
 		{"unspecified", func(in *model.Instance) { in.Address = "0.0.0.0" }, "unspecified"},
 		{"nbsp", func(in *model.Instance) { in.ID = "web\u00a0x" }, "instance ID has the character U+00A0"},
 		{"nodeaddr", func(in *model.Instance) { in.NodeAddress = "10.0.0.9 #" }, "node address"},
+		// HAProxy 2.6 cuts the line at '#', fails on an unmatched quote,
+		// joins words at '\' and expands '$'.
+		{"hash", func(in *model.Instance) { in.Node = "node9#x" }, "node name has the byte 0x23"},
+		{"dquote", func(in *model.Instance) { in.Node = `node9"` }, "node name has the byte 0x22"},
+		{"squote", func(in *model.Instance) { in.Node = "node9'" }, "node name has the byte 0x27"},
+		{"backslash", func(in *model.Instance) { in.Node = `node9\` }, "node name has the byte 0x5c"},
+		{"dollar", func(in *model.Instance) { in.Node = "node9${HOME}" }, "node name has the byte 0x24"},
+		{"brace", func(in *model.Instance) { in.Node = "node9}" }, "node name has the byte 0x7d"},
 	}
 	results := testResults()
 	cat := *results[model.LocalCatalog].Catalog
