@@ -557,9 +557,8 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 	previous := a.running
 	if !bytes.Equal(rend.Config, a.running) {
 		if err := a.write(ctx, rend.Config); err != nil {
-			var we *WriteError
-			if errors.As(err, &we) {
-				a.retryWrite(why, change, start, we)
+			if transient(err) {
+				a.retryLater(why, change, start, err)
 				return
 			}
 			a.refused = sum
@@ -587,7 +586,7 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 	}
 	if !o.OK {
 		var ce *haproxy.ConfigError
-		if errors.Is(o.Err, reload.ErrRefused) || errors.As(o.Err, &ce) {
+		if errors.Is(o.Err, reload.ErrRefused) || errors.As(o.Err, &ce) && !transient(o.Err) {
 			// The same bytes would fail again: wait for different ones.
 			a.refused = sum
 		} else {
@@ -683,17 +682,36 @@ type WriteError struct {
 func (e *WriteError) Error() string { return fmt.Sprintf("cannot write %s: %v", e.Path, e.Err) }
 func (e *WriteError) Unwrap() error { return e.Err }
 
-// retryWrite schedules another attempt at a rendering that could not be
-// written, backing off.
-func (a *Applier) retryWrite(why, change string, start time.Time, we *WriteError) {
+// transient: err says nothing against the configuration, so the same
+// bytes may pass later. Only a *haproxy.ConfigError is a refusal, and not
+// one for a taken port (another process may free it); a disk that fails,
+// or a haproxy -c that cannot run at all (no fork, no file descriptor, a
+// timeout), is retried.
+func transient(err error) bool {
+	var ce *haproxy.ConfigError
+	var be *haproxy.BindError
+	return !errors.As(err, &ce) || errors.As(err, &be)
+}
+
+// retryLater schedules another attempt at a rendering that could not be
+// written or validated for a transient reason, backing off.
+func (a *Applier) retryLater(why, change string, start time.Time, err error) {
 	a.backoff = min(max(a.backoff*2, writeRetryMin), writeRetryMax)
 	if next := time.Now().Add(a.backoff); a.recheck.IsZero() || next.Before(a.recheck) {
-		a.recheck, a.why = next, "retrying the write"
+		a.recheck, a.why = next, "retrying the new configuration"
 	}
-	a.opts.Metrics.ConfigWriteErrors.Inc()
-	a.record(metrics.Failed, why, change, start, we)
-	a.log.Error("cannot write the new configuration; the running one keeps serving, retrying",
-		"path", we.Path, "why", why, "change", change, "retry_in", a.backoff, "err", we.Err)
+	a.record(metrics.Failed, why, change, start, err)
+	msg := "cannot validate the new configuration now; the running one keeps serving, retrying"
+	var we *WriteError
+	var be *haproxy.BindError
+	switch {
+	case errors.As(err, &we):
+		a.opts.Metrics.ConfigWriteErrors.Inc()
+		msg = "cannot write the new configuration; the running one keeps serving, retrying"
+	case errors.As(err, &be):
+		msg = "a listening address of the new configuration is taken; the running one keeps serving, retrying until it is free"
+	}
+	a.log.Error(msg, "why", why, "change", change, "retry_in", a.backoff, "err", err)
 }
 
 // write validates data as a candidate beside Path and renames it into

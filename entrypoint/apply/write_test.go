@@ -108,7 +108,7 @@ func TestWriteRetriesBackOff(t *testing.T) {
 	r := newRig(t, t.TempDir(), lines{})
 	var got []time.Duration
 	for range 7 {
-		r.a.retryWrite("test", "", time.Now(), &WriteError{Path: "x", Err: syscall.ENOSPC})
+		r.a.retryLater("test", "", time.Now(), &WriteError{Path: "x", Err: syscall.ENOSPC})
 		got = append(got, r.a.backoff)
 	}
 	want := []time.Duration{1, 2, 4, 8, 16, 30, 30}

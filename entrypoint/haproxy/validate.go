@@ -42,7 +42,12 @@ type ConfigError struct {
 	Alerts []string
 	Output string
 	Code   int
+	// Err is the cause of a refusal by seamless itself, such as a
+	// *BindError: a taken port is a refusal that may pass later.
+	Err error
 }
+
+func (e *ConfigError) Unwrap() error { return e.Err }
 
 func (e *ConfigError) Error() string {
 	if len(e.Alerts) == 0 {
@@ -116,7 +121,9 @@ func (v *Validator) Check(ctx context.Context) error {
 	if st.ExitCode() == 0 {
 		if v.Binds != nil {
 			if err := v.Binds.Check(v.configFiles()); err != nil {
-				return refusal(err.Error())
+				ce := refusal(err.Error())
+				ce.Err = err
+				return ce
 			}
 		}
 		return nil
