@@ -94,7 +94,7 @@ func rendererFactory(cfg *config.Config, reg prometheus.Registerer, log *slog.Lo
 		}
 	}
 	return func() (model.Renderer, error) {
-		return routes.New(routes.Options{HTTPBind: cfg.HTTPBind, StatsBind: cfg.StatsBind, Health: health,
+		return routes.New(routes.Options{HTTPBind: cfg.HTTPBind, StatsBind: cfg.StatsBind, StatusAddr: cfg.StatusAddr, Health: health,
 			Slots: cfg.ServerSlots, DrainTimeout: cfg.DrainTimeout, StateFile: serverStateFile(cfg), Table: table,
 			Sources: cfg.SourceList(), Refusals: refusals}, log)
 	}

@@ -28,6 +28,10 @@ type Options struct {
 	// Prometheus exporter (/metrics) listen (SEAMLESS_STATS_BIND); ""
 	// disables them.
 	StatsBind string
+	// StatusAddr is seamless's own status listener (SEAMLESS_STATUS_ADDR,
+	// host:port, validated by config); its port is reserved like the
+	// frontends'. "" reserves nothing.
+	StatusAddr string
 	// Health filters the instances that become servers
 	// (SEAMLESS_CONSUL_HEALTH, split by model.ParseHealth): "passing"
 	// (also when empty), "passing,warning", "any", or any list of passing,

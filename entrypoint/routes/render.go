@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"regexp"
+	"strconv"
 	"strings"
 	"text/template"
 	"time"
@@ -50,6 +52,12 @@ func New(opts Options, log *slog.Logger) (*Renderer, error) {
 	reserved := map[int]string{httpB.port: "SEAMLESS_HTTP_BIND"}
 	if statsB.port != 0 {
 		reserved[statsB.port] = "SEAMLESS_STATS_BIND"
+	}
+	// seamless's own listener: a frontend on its port could never bind.
+	if _, p, err := net.SplitHostPort(opts.StatusAddr); err == nil {
+		if port, err := strconv.Atoi(p); err == nil && port > 0 {
+			reserved[port] = "SEAMLESS_STATUS_ADDR"
+		}
 	}
 	r := &Renderer{
 		http:      httpB,
