@@ -3,6 +3,7 @@ package haproxy
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"syscall"
@@ -66,11 +67,15 @@ func (g *BindGuard) setRunning(binds []Bind) {
 	g.add(binds)
 }
 
+// add replaces the maps rather than writing to them: Check reads the maps
+// it took under the lock after releasing it (copy on write).
 func (g *BindGuard) add(binds []Bind) {
+	running, ports := maps.Clone(g.running), maps.Clone(g.ports)
 	for _, b := range binds {
-		g.running[key(b)] = true
-		g.ports[b.Addr.Port()] = true
+		running[key(b)] = true
+		ports[b.Addr.Port()] = true
 	}
+	g.running, g.ports = running, ports
 }
 
 // BindError is a listening address of a candidate configuration that

@@ -3,10 +3,12 @@ package haproxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -226,4 +228,32 @@ func TestBindGuardSkipsHiddenFilesOfADirectory(t *testing.T) {
 	if err := NewBindGuard(nil, nil).Check([]string{lock}); !errors.As(err, &be) {
 		t.Errorf("with an editor's lock link beside it: got %v, want a BindError for %s", err, held.Addr())
 	}
+}
+
+// Both validators (the applier's and the reloader's) share one guard: a
+// Check reading what runs while a Loaded adds to it must not race (run
+// with -race).
+func TestBindGuardCheckAndLoadedConcurrently(t *testing.T) {
+	dir := t.TempDir()
+	var files []string
+	for i := range 2 {
+		p := filepath.Join(dir, fmt.Sprintf("%d.cfg", i))
+		if err := os.WriteFile(p, []byte(fmt.Sprintf("frontend f\n    bind 127.0.0.1:%d\n    bind 127.0.0.1:%d\n", 40000+i*2, 40001+i*2)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, p)
+	}
+	g := NewBindGuard(nil, nil)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				_ = g.Check([]string{files[i]})
+				g.Loaded(false)
+			}
+		}()
+	}
+	wg.Wait()
 }
