@@ -19,6 +19,7 @@ import (
 	"github.com/seamless-lb/seamless/entrypoint/reload"
 	"github.com/seamless-lb/seamless/entrypoint/status"
 	"github.com/seamless-lb/seamless/entrypoint/supervisor"
+	"golang.org/x/sys/unix"
 )
 
 // serve is the long-running mode: HAProxy supervised until it exits.
@@ -40,6 +41,13 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 	}
 	defer endWatch()
 	log.Info("starting", "version", versionLine(), "pid", os.Getpid())
+	// HAProxy's external checks and program children run as seamless's
+	// user (the image's "haproxy"): not dumpable, seamless's /proc files
+	// are root's, so they cannot read CONSUL_HTTP_TOKEN in its environ.
+	// HAProxy itself is dumpable again after exec.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		log.Warn("cannot hide seamless's environment from processes of the same user", "err", err)
+	}
 	if err := os.MkdirAll(cfg.RunDir, 0o750); err != nil {
 		log.Error("cannot create SEAMLESS_RUN_DIR", "dir", cfg.RunDir, "err", err)
 		return exitUsage
