@@ -59,9 +59,11 @@ func newRawSources(cfg *config.Config, log *slog.Logger) ([]model.Source, error)
 			}
 			out = append(out, s)
 		case config.SourceFile:
-			// Saved: where the applier keeps this source's snapshot (apply's snapshotPath).
-			s, err := file.New(file.Config{Dir: cfg.ServicesDir, Rescan: cfg.ServicesRescan,
-				Saved: filepath.Join(cfg.StateDir, "sources", file.Name+".json")}, log)
+			saved := func() (model.Snapshot, error) {
+				s, _, err := apply.LoadSnapshot(cfg.StateDir, file.Name)
+				return s, err
+			}
+			s, err := file.New(file.Config{Dir: cfg.ServicesDir, Rescan: cfg.ServicesRescan, Saved: saved}, log)
 			if err != nil {
 				return nil, err
 			}

@@ -294,7 +294,7 @@ func (a *Applier) fillFromDisk() {
 		if a.fresh[name] {
 			continue
 		}
-		snap, at, err := loadSnapshot(a.opts.StateDir, name)
+		snap, at, err := LoadSnapshot(a.opts.StateDir, name)
 		switch {
 		case err == nil:
 			a.latest[name] = snap
@@ -468,7 +468,7 @@ func (a *Applier) save() {
 		return
 	}
 	for name := range a.unsaved {
-		if err := saveSnapshot(a.opts.StateDir, a.latest[name], time.Now()); err != nil {
+		if err := SaveSnapshot(a.opts.StateDir, a.latest[name], time.Now()); err != nil {
 			a.log.Warn("cannot save the source's snapshot; a restart while it is unreachable would start without it",
 				"source", name, "dir", a.opts.StateDir, "err", err)
 		}

@@ -341,7 +341,7 @@ func TestNoConfigAtAllIsAnError(t *testing.T) {
 
 func TestASnapshotThatAnswersNothingKeepsTheSavedData(t *testing.T) {
 	dir := t.TempDir()
-	if err := saveSnapshot(dir, model.Snapshot{Source: "consul", Results: map[model.Query]model.Result{
+	if err := SaveSnapshot(dir, model.Snapshot{Source: "consul", Results: map[model.Query]model.Result{
 		model.LocalCatalog: {Catalog: &model.Catalog{Instances: []model.Instance{
 			{Source: "consul", Name: "web", ID: "1", Address: "10.0.0.1", Port: 80, Status: model.StatusPassing}}}},
 	}}, time.Now()); err != nil {
@@ -357,7 +357,7 @@ func TestASnapshotThatAnswersNothingKeepsTheSavedData(t *testing.T) {
 	if got := r.file(t); got != "server web 10.0.0.1\n" {
 		t.Errorf("file %q, want the saved instance", got)
 	}
-	if _, _, err := loadSnapshot(dir, "consul"); err != nil {
+	if _, _, err := LoadSnapshot(dir, "consul"); err != nil {
 		t.Errorf("saved snapshot lost: %v", err)
 	}
 	if r.a.Ready() == nil {

@@ -66,13 +66,15 @@ type savedResult struct {
 	Result model.Result `json:"result"`
 }
 
-func snapshotPath(dir, source string) string {
+// SnapshotPath is where a source's last snapshot is kept under the state
+// directory (SEAMLESS_STATE_DIR).
+func SnapshotPath(dir, source string) string {
 	return filepath.Join(dir, "sources", source+".json")
 }
 
-// saveSnapshot keeps a source's last snapshot, so that a restart while the
+// SaveSnapshot keeps a source's last snapshot, so that a restart while the
 // source is unreachable still renders what it last said.
-func saveSnapshot(dir string, s model.Snapshot, now time.Time) error {
+func SaveSnapshot(dir string, s model.Snapshot, now time.Time) error {
 	v := saved{Source: s.Source, SavedAt: now}
 	for q, r := range s.Results {
 		v.Results = append(v.Results, savedResult{q, r})
@@ -82,23 +84,24 @@ func saveSnapshot(dir string, s model.Snapshot, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	p := snapshotPath(dir, s.Source)
+	p := SnapshotPath(dir, s.Source)
 	if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
 		return err
 	}
 	return WriteFile(p, data, 0o640)
 }
 
-// loadSnapshot returns the saved snapshot of source and when it was saved;
-// os.ErrNotExist when there is none.
-func loadSnapshot(dir, source string) (model.Snapshot, time.Time, error) {
-	data, err := os.ReadFile(snapshotPath(dir, source))
+// LoadSnapshot returns the saved snapshot of source and when it was saved;
+// os.ErrNotExist when there is none. Sources read their own past from it
+// (the file source its order of first sight) instead of parsing the file.
+func LoadSnapshot(dir, source string) (model.Snapshot, time.Time, error) {
+	data, err := os.ReadFile(SnapshotPath(dir, source))
 	if err != nil {
 		return model.Snapshot{}, time.Time{}, err
 	}
 	var v saved
 	if err := json.Unmarshal(data, &v); err != nil {
-		return model.Snapshot{}, time.Time{}, fmt.Errorf("%s: %w", snapshotPath(dir, source), err)
+		return model.Snapshot{}, time.Time{}, fmt.Errorf("%s: %w", SnapshotPath(dir, source), err)
 	}
 	s := model.Snapshot{Source: source, Results: map[model.Query]model.Result{}}
 	for _, r := range v.Results {

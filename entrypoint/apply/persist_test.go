@@ -24,17 +24,17 @@ func TestSnapshotSurvivesARestart(t *testing.T) {
 		{Kind: model.QueryCatalog, Datacenter: "x"}: {Catalog: &model.Catalog{Datacenter: "x"}},
 	}}
 	at := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	if err := saveSnapshot(dir, snap, at); err != nil {
+	if err := SaveSnapshot(dir, snap, at); err != nil {
 		t.Fatal(err)
 	}
-	got, when, err := loadSnapshot(dir, "consul")
+	got, when, err := LoadSnapshot(dir, "consul")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !when.Equal(at) || !reflect.DeepEqual(got, snap) {
 		t.Errorf("loaded %+v at %v, want %+v at %v", got, when, snap, at)
 	}
-	if _, _, err := loadSnapshot(dir, "file"); !errors.Is(err, os.ErrNotExist) {
+	if _, _, err := LoadSnapshot(dir, "file"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing snapshot: %v, want ErrNotExist", err)
 	}
 }

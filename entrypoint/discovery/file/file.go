@@ -95,10 +95,11 @@ type Config struct {
 	// Rescan is how often the whole directory is read again even without
 	// an event; 0 means DefaultRescan.
 	Rescan time.Duration
-	// Saved is the applier's saved snapshot of this source (in
-	// SEAMLESS_STATE_DIR), read once for the services' order of first
-	// sight (see order.go); "" or a missing file starts afresh.
-	Saved string
+	// Saved loads the applier's saved snapshot of this source (in
+	// SEAMLESS_STATE_DIR, apply.LoadSnapshot), read once for the
+	// services' order of first sight (see order.go); nil, or an error
+	// satisfying errors.Is(err, fs.ErrNotExist), starts afresh.
+	Saved func() (model.Snapshot, error)
 }
 
 // DefaultRescan is Config.Rescan's default.
@@ -118,7 +119,7 @@ const minBackoff = 100 * time.Millisecond
 type Source struct {
 	dir    string
 	rescan time.Duration
-	saved  string
+	saved  func() (model.Snapshot, error)
 	log    *slog.Logger
 
 	mu     sync.Mutex

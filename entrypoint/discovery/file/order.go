@@ -1,11 +1,9 @@
 package file
 
 import (
-	"encoding/json"
 	"errors"
 	"io/fs"
 	"log/slog"
-	"os"
 	"slices"
 
 	"github.com/seamless-lb/seamless/entrypoint/model"
@@ -27,36 +25,27 @@ type firstSeen struct {
 	next uint64
 }
 
-// loadFirstSeen reads the order from a saved snapshot; nothing when there
-// is none. The applier writes the file (apply.saveSnapshot); only the
-// instances' "name" and "registered", model's own JSON, are read here.
-func loadFirstSeen(path string, log *slog.Logger) *firstSeen {
+// loadFirstSeen reads the order from the saved snapshot; nothing when there
+// is none. Only the instances' Name and Registered are read.
+func loadFirstSeen(load func() (model.Snapshot, error), log *slog.Logger) *firstSeen {
 	f := &firstSeen{seq: map[string]uint64{}, next: 1}
-	if path == "" {
+	if load == nil {
 		return f
 	}
-	data, err := os.ReadFile(path)
+	saved, err := load()
 	if errors.Is(err, fs.ErrNotExist) {
 		return f
 	}
-	var saved struct {
-		Results []struct {
-			Result model.Result `json:"result"`
-		} `json:"results"`
-	}
-	if err == nil {
-		err = json.Unmarshal(data, &saved)
-	}
 	if err != nil {
 		log.Warn("cannot read the order the services were first seen in; services start equal, and a route two claim goes to the first by name",
-			"file", path, "err", err)
+			"err", err)
 		return f
 	}
 	for _, r := range saved.Results {
-		if r.Result.Catalog == nil {
+		if r.Catalog == nil {
 			continue
 		}
-		for _, in := range r.Result.Catalog.Instances {
+		for _, in := range r.Catalog.Instances {
 			if in.Registered == 0 {
 				continue
 			}
