@@ -181,7 +181,7 @@ func (r *render) file(p string) (string, error) {
 	if p == "" {
 		return "", nil
 	}
-	b, err := os.ReadFile(r.t.resolve(p))
+	b, err := readRegular(r.t.resolve(p))
 	if err != nil {
 		return "", err
 	}

@@ -119,7 +119,7 @@ var _ model.Renderer = (*Template)(nil)
 // support (an *UnsupportedError) and literal arguments that can never work
 // (an *ArgError); both name the file, line and column.
 func Parse(path string, opts Options) (*Template, error) {
-	b, err := os.ReadFile(path)
+	b, err := readRegular(path)
 	if err != nil {
 		return nil, fmt.Errorf("template: %w", err)
 	}
