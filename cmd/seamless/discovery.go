@@ -215,11 +215,19 @@ func templateName(cfg *config.Config) string {
 	return cfg.Template
 }
 
+// validateOnce makes the reloader's validator v skip haproxy -c (and the
+// bind probe) on the bytes that a candidate check through
+// candidateValidator(v, ...) has just passed: an apply validates once.
+func validateOnce(v *haproxy.Validator) { v.PassFrom = &haproxy.Passed{} }
+
 // candidateValidator checks a candidate file with the arguments HAProxy
 // runs with, the rendered file swapped for the candidate.
 func candidateValidator(v *haproxy.Validator, path string) func(context.Context, string) error {
 	return func(ctx context.Context, cand string) error {
 		c := *v
+		// A pass goes to v's next check of the same bytes: the reloader's
+		// of the file cand becomes (see validateOnce).
+		c.PassTo, c.PassFrom = v.PassFrom, nil
 		c.Args = slices.Clone(v.Args)
 		for i, a := range c.Args {
 			if a == path {

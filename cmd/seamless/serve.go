@@ -132,6 +132,9 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 	// Before any reload, the addresses a new configuration adds are
 	// bound once, so that a reload that would fail to bind is never sent.
 	validator.GuardBinds()
+	if cfg.Discovery() {
+		validateOnce(validator)
+	}
 	checker = validator
 	reloads := newReloadLog(cl.ConfigFiles)
 	rl = reload.New(cli, reloads.checker(validator), tap, m, log, cfg.ReloadTimeout)

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/seamless-lb/seamless/entrypoint/apply"
+	"github.com/seamless-lb/seamless/entrypoint/haproxy"
+	"github.com/seamless-lb/seamless/entrypoint/reaper"
+	"github.com/seamless-lb/seamless/internal/testenv"
+)
+
+// A discovery apply validates its candidate once: the reloader's check of
+// the file the candidate was renamed to does not run haproxy -c again on
+// the same bytes. Any other check (a SIGHUP, other bytes) runs in full.
+func TestAnAppliedCandidateIsValidatedOnce(t *testing.T) {
+	bin := testenv.HAProxy(t)
+	var runs atomic.Int32
+	run := func(ctx context.Context, argv, env []string) ([]byte, reaper.Status, error) {
+		runs.Add(1)
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if cmd.ProcessState == nil {
+			return out, reaper.Status{}, err
+		}
+		return out, reaper.Status{Pid: cmd.ProcessState.Pid(), Wait: cmd.ProcessState.Sys().(syscall.WaitStatus)}, nil
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "haproxy.cfg")
+	cfg := func(port int) []byte {
+		return []byte(fmt.Sprintf("defaults\n    mode http\n    timeout client 5s\n    timeout server 5s\n    timeout connect 5s\nfrontend fe\n    bind 127.0.0.1:%d\n", port))
+	}
+	if err := os.WriteFile(path, cfg(testenv.FreePort(t)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	v := &haproxy.Validator{Bin: bin, Args: []string{"-c", "-f", path}, Env: os.Environ(), Run: run}
+	v.GuardBinds()
+	validateOnce(v)
+	candidate := candidateValidator(v, path)
+	ctx := context.Background()
+
+	applyOnce := func(data []byte) {
+		t.Helper()
+		cand := path + ".new"
+		if err := apply.WriteFile(cand, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := candidate(ctx, cand); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(cand, path); err != nil {
+			t.Fatal(err)
+		}
+		if err := v.Check(ctx); err != nil { // the reloader's
+			t.Fatal(err)
+		}
+	}
+	applyOnce(cfg(testenv.FreePort(t)))
+	if n := runs.Load(); n != 1 {
+		t.Errorf("one apply ran haproxy -c %d times, want 1", n)
+	}
+	// A SIGHUP: the same bytes, checked in full.
+	if err := v.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := runs.Load(); n != 2 {
+		t.Errorf("a check of bytes no candidate passed just before ran haproxy -c %d times in all, want 2", n)
+	}
+	// Bytes other than the candidate's: checked in full.
+	cand := path + ".new"
+	if err := apply.WriteFile(cand, cfg(testenv.FreePort(t)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := candidate(ctx, cand); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("bogus-keyword\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Check(ctx); err == nil {
+		t.Error("bytes other than the candidate's passed without haproxy -c")
+	}
+}
