@@ -77,7 +77,8 @@ func keepRefused(validate func(context.Context, string) error, path string, cur 
 			log.Warn("cannot keep the refused configuration", "path", kept, "err", rerr)
 			return err
 		}
-		out := &haproxy.ConfigError{Output: cur.explain(ce.Output, cand, kept, data), Code: ce.Code}
+		// Err kept: apply tells a taken port (retried) from a refusal by it.
+		out := &haproxy.ConfigError{Output: cur.explain(ce.Output, cand, kept, data), Code: ce.Code, Err: ce.Err}
 		for _, a := range ce.Alerts {
 			out.Alerts = append(out.Alerts, cur.explain(a, cand, kept, data))
 		}
