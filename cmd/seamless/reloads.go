@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -72,7 +71,7 @@ func (l *reloadLog) done(o reload.Outcome) {
 		return // never reached HAProxy; it is tried again
 	}
 	now := l.now()
-	r := status.Reload{Time: now.Add(-o.Duration), Trigger: trigger(o.Reasons), DurationSeconds: o.Duration.Seconds()}
+	r := status.Reload{Time: now.Add(-o.Duration), Trigger: reload.Summarise(o.Reasons), DurationSeconds: o.Duration.Seconds()}
 	var ce *haproxy.ConfigError
 	switch {
 	case o.OK:
@@ -106,24 +105,6 @@ func (l *reloadLog) done(o reload.Outcome) {
 		}
 	}
 	l.pending = nil
-}
-
-// trigger lists the requests a reload served: "SIGHUP ×2, SIGUSR2".
-func trigger(reasons []string) string {
-	var order []string
-	count := map[string]int{}
-	for _, r := range reasons {
-		if count[r] == 0 {
-			order = append(order, r)
-		}
-		count[r]++
-	}
-	for i, r := range order {
-		if count[r] > 1 {
-			order[i] = fmt.Sprintf("%s ×%d", r, count[r])
-		}
-	}
-	return strings.Join(order, ", ")
 }
 
 // alerts are the [ALERT] lines of HAProxy's start-up messages.

@@ -8,13 +8,13 @@ import (
 	"io"
 	"os"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/seamless-lb/seamless/entrypoint/apply"
 	"github.com/seamless-lb/seamless/entrypoint/haproxy"
 	"github.com/seamless-lb/seamless/entrypoint/model"
 	"github.com/seamless-lb/seamless/entrypoint/status"
+	"github.com/seamless-lb/seamless/internal/regular"
 )
 
 // showProcTimeout bounds the master CLI's `show proc` for one /status: a
@@ -163,19 +163,15 @@ func configFiles(paths []string) []status.ConfigFile {
 }
 
 func configFile(path string) status.ConfigFile {
-	// O_NONBLOCK: a FIFO swapped in since the listing must not block.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	// A FIFO swapped in since the listing must not block.
+	f, st, err := regular.Open(path)
+	if re := (*regular.Error)(nil); errors.As(err, &re) {
+		return status.ConfigFile{Path: path, Error: (&haproxy.NotRegularError{Path: path, Mode: re.Mode}).Error()}
+	}
 	if err != nil {
 		return status.ConfigFile{Path: path, Error: err.Error()}
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return status.ConfigFile{Path: path, Error: err.Error()}
-	}
-	if !st.Mode().IsRegular() {
-		return status.ConfigFile{Path: path, Error: (&haproxy.NotRegularError{Path: path, Mode: st.Mode()}).Error()}
-	}
 	h := sha256.New()
 	n, err := io.Copy(h, f)
 	if err != nil {

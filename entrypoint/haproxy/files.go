@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/seamless-lb/seamless/internal/regular"
 )
 
 // ConfigFiles are the files a list of -f arguments loads, as HAProxy
@@ -29,22 +31,7 @@ type NotRegularError struct {
 }
 
 func (e *NotRegularError) Error() string {
-	return fmt.Sprintf("%s is %s, not a regular file: HAProxy would block or fail reading it; replace it with a file", e.Path, kind(e.Mode))
-}
-
-func kind(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	case m.IsDir():
-		return "a directory"
-	default:
-		return "of type " + m.Type().String()
-	}
+	return fmt.Sprintf("%s is %s, not a regular file: HAProxy would block or fail reading it; replace it with a file", e.Path, regular.Kind(e.Mode))
 }
 
 // ConfigEntry is one file a list of -f arguments loads.

@@ -192,7 +192,7 @@ func (r *Reloader) reload(ctx context.Context, reasons []string) Outcome {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	why := summarise(reasons)
+	why := Summarise(reasons)
 	o := Outcome{Reasons: reasons}
 	var mark uint64
 	if r.tap != nil {
@@ -292,8 +292,8 @@ func (r *Reloader) messages(ctx context.Context, res haproxy.ReloadResult, mark 
 	}
 }
 
-// summarise turns ["SIGHUP","SIGHUP","SIGUSR2"] into "SIGHUP ×2, SIGUSR2".
-func summarise(reasons []string) string {
+// Summarise turns ["SIGHUP","SIGHUP","SIGUSR2"] into "SIGHUP ×2, SIGUSR2".
+func Summarise(reasons []string) string {
 	var order []string
 	count := map[string]int{}
 	for _, r := range reasons {

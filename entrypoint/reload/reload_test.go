@@ -85,7 +85,7 @@ func TestRequestsDuringAReloadCoalesceIntoOneFollowUp(t *testing.T) {
 		if !o.OK || len(o.Reasons) != 11 {
 			t.Fatalf("follow-up reload served %d requests, want 11: %+v", len(o.Reasons), o)
 		}
-		if got := summarise(o.Reasons); got != "SIGHUP ×10, SIGUSR2" {
+		if got := Summarise(o.Reasons); got != "SIGHUP ×10, SIGUSR2" {
 			t.Errorf("summary %q", got)
 		}
 		synctest.Wait()
