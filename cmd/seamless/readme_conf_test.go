@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -55,7 +56,13 @@ func TestTheImagesSampleConfBindsWhatTheReadmePublishes(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if out, err := exec.CommandContext(ctx, bin, "-c", "-f", "../../conf/haproxy.cfg").CombinedOutput(); err != nil {
+	// A copy under the test's temporary directory: the version matrix's
+	// HAProxy runs in a root filesystem that sees only /tmp of the host.
+	sample := filepath.Join(t.TempDir(), "haproxy.cfg")
+	if err := os.WriteFile(sample, conf, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.CommandContext(ctx, bin, "-c", "-f", sample).CombinedOutput(); err != nil {
 		t.Errorf("haproxy -c conf/haproxy.cfg: %v\n%s", err, out)
 	}
 }

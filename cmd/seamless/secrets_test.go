@@ -21,6 +21,11 @@ func TestTheEnvironmentIsNotReadableByTheSameUser(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root to start seamless as another user")
 	}
+	if os.Getenv("SEAMLESS_HAPROXY_BIN") != "" {
+		// What is tested is seamless's own process, not HAProxy's; and
+		// the matrix's HAProxy runs in a mount namespace only root can make.
+		t.Skip("not version-dependent: runs with the host's HAProxy only")
+	}
 	const nobody = 65534
 	testenv.HAProxy(t)
 	dir, err := os.MkdirTemp("", "seamless-nobody-")
