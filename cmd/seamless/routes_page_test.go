@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,13 +19,7 @@ import (
 // show so on /status and on the page, as Chromium renders it.
 func TestBackendsViewShowsHAProxysLiveStates(t *testing.T) {
 	testenv.HAProxy(t)
-	bin, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("chromium not found under CI: %v", err)
-		}
-		t.Skipf("chromium not found: %v", err)
-	}
+	bin := testenv.Chromium(t)
 	dir := t.TempDir()
 	ports := []int{namedBackend(t, "web1"), namedBackend(t, "web2"), namedBackend(t, "web3")}
 	writeAtomic(t, filepath.Join(dir, "web.yaml"), fmt.Sprintf(webService, instancesYAML(ports...)))
@@ -101,8 +94,8 @@ func TestBackendsViewShowsHAProxysLiveStates(t *testing.T) {
 	if dir := os.Getenv("SEAMLESS_ARTIFACTS"); dir != "" {
 		shot = filepath.Join(dir, "backends.png")
 	}
-	dom := chromiumRun(t, bin, "http://"+in.status+"/", "--dump-dom")
-	chromiumRun(t, bin, "http://"+in.status+"/", "--screenshot="+shot, "--window-size=1280,1400")
+	dom := testenv.RunChromium(t, bin, "http://"+in.status+"/", "--dump-dom")
+	testenv.RunChromium(t, bin, "http://"+in.status+"/", "--screenshot="+shot, "--window-size=1280,1400")
 	t.Logf("screenshot: %s", shot)
 	for _, want := range []string{
 		`<span class="pill st-drain">DRAIN</span>`,
@@ -118,22 +111,5 @@ func TestBackendsViewShowsHAProxysLiveStates(t *testing.T) {
 	}
 	// On a phone the page is still laid out for its width: the tables
 	// scroll inside their box, the page does not.
-	chromiumRun(t, bin, "http://"+in.status+"/", "--screenshot="+filepath.Join(filepath.Dir(shot), "backends-phone.png"), "--window-size=390,844")
-}
-
-// chromiumRun runs headless Chromium on url and returns what it prints.
-func chromiumRun(t *testing.T, bin, url string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	argv := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-		"--no-first-run", "--user-data-dir=" + t.TempDir()}, args...)
-	cmd := exec.CommandContext(ctx, bin, append(argv, url)...)
-	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("chromium %v: %v\n%s", args, err, stderr.String())
-	}
-	return stdout.String()
+	testenv.RunChromium(t, bin, "http://"+in.status+"/", "--screenshot="+filepath.Join(filepath.Dir(shot), "backends-phone.png"), "--window-size=390,844")
 }

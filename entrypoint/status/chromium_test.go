@@ -1,38 +1,21 @@
 package status
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"image"
 	"image/color"
 	"image/png"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
 var docsScreenshot = flag.String("screenshot", "", "also copy the page's screenshot to this file (the README's docs/status.png)")
-
-// chromium returns Debian's headless browser; without it the test is
-// skipped, or fails under CI.
-func chromium(t *testing.T) string {
-	t.Helper()
-	bin, err := exec.LookPath("chromium")
-	if err != nil {
-		if testenv.CI() {
-			t.Fatalf("chromium not found under CI (apt-get install chromium): %v", err)
-		}
-		t.Skipf("chromium not found: %v (apt-get install chromium)", err)
-	}
-	return bin
-}
 
 // artifacts is where the screenshots are kept: $SEAMLESS_ARTIFACTS, else
 // the test's temporary directory.
@@ -48,31 +31,12 @@ func artifacts(t *testing.T) string {
 	return dir
 }
 
-// runChromium runs headless Chromium on url with args and returns its
-// standard output. Chromium exits by itself once the page has loaded and
-// the screenshot or the DOM is written.
-func runChromium(t *testing.T, bin, url string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	argv := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-		"--no-first-run", "--user-data-dir=" + t.TempDir()}, args...)
-	cmd := exec.CommandContext(ctx, bin, append(argv, url)...)
-	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("chromium %v: %v\n%s", args, err, stderr.String())
-	}
-	return stdout.String()
-}
-
 func TestPageInChromium(t *testing.T) {
-	bin := chromium(t)
+	bin := testenv.Chromium(t)
 	url := serve(t, fixture(), nil, errors.New("source docker has not answered yet"))
 	shot := filepath.Join(artifacts(t), "status.png")
 	// Tall enough for every section of the fixture, as docs/status.png.
-	runChromium(t, bin, url+"/", "--screenshot="+shot, "--window-size=1280,1900")
+	testenv.RunChromium(t, bin, url+"/", "--screenshot="+shot, "--window-size=1280,1900")
 	t.Logf("screenshot: %s", shot)
 
 	f, err := os.Open(shot)
@@ -129,12 +93,12 @@ var (
 // A browser parses what the escaping produced: the hostile values end up
 // as text, no element and no script comes of them.
 func TestHostilePageInChromium(t *testing.T) {
-	bin := chromium(t)
+	bin := testenv.Chromium(t)
 	url := serve(t, hostile(), errors.New(`<script>document.title="pwned"</script>`), nil)
 	shot := filepath.Join(artifacts(t), "status-hostile.png")
-	runChromium(t, bin, url+"/", "--screenshot="+shot, "--window-size=1280,900")
+	testenv.RunChromium(t, bin, url+"/", "--screenshot="+shot, "--window-size=1280,900")
 	t.Logf("screenshot: %s", shot)
-	dom := runChromium(t, bin, url+"/", "--dump-dom")
+	dom := testenv.RunChromium(t, bin, url+"/", "--dump-dom")
 	if !strings.Contains(dom, "</html>") {
 		t.Fatalf("chromium dumped no document:\n%s", dom)
 	}

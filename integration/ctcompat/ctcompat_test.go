@@ -28,7 +28,7 @@ func consulTemplate(t *testing.T) string {
 	t.Helper()
 	bin := os.Getenv("SEAMLESS_CONSUL_TEMPLATE_BIN")
 	if bin == "" {
-		if os.Getenv("CI") == "true" {
+		if testenv.CI() {
 			t.Fatal("SEAMLESS_CONSUL_TEMPLATE_BIN is not set under CI (make test builds consul-template and sets it)")
 		}
 		t.Skip("SEAMLESS_CONSUL_TEMPLATE_BIN is not set (make consul-template builds it)")
