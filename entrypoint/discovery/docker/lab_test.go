@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -238,6 +239,15 @@ func (l *lab) run(name string, b box) string {
 	if _, err := l.c.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
 		l.t.Fatalf("starting container %s: %v", name, err)
 	}
+	testenv.Eventually(l.t, 30*time.Second, "container "+name+" ready", func() bool {
+		r, err := l.c.ContainerLogs(ctx, res.ID, client.ContainerLogsOptions{ShowStdout: true})
+		if err != nil {
+			return false
+		}
+		defer r.Close()
+		out, _ := io.ReadAll(r)
+		return strings.Contains(string(out), "ready")
+	})
 	return res.ID
 }
 

@@ -57,6 +57,9 @@ func main() {
 		}
 		go srv.Serve(l)
 	}
+	// Tests signal the box only after this line: before signal.Ignore
+	// above, Go's runtime would exit on SIGHUP.
+	fmt.Println("ready")
 	<-ctx.Done()
 	time.Sleep(drain) // the draining server's grace period, not synchronisation
 	srv.Close()
