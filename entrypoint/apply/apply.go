@@ -341,6 +341,7 @@ func (a *Applier) first(ctx context.Context, complete bool) error {
 		}
 		return err
 	}
+	commit(rend)
 	a.applied = st.Local()
 	a.runRend, a.recheck = &rend, rend.Recheck
 	a.publish()
@@ -522,6 +523,7 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 	a.recheck, a.why = rend.Recheck, ""
 	change := a.brief(why, describe(Change(a.applied, st.Local()), a.runRend, rend))
 	if bytes.Equal(rend.Config, a.running) && !force {
+		commit(rend)
 		a.runRend = &rend
 		a.applied = st.Local()
 		a.countDiscovered()
@@ -538,6 +540,7 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 	if a.runtimeApplies(rend, force) {
 		err := a.runtime(ctx, rend)
 		if err == nil {
+			commit(rend)
 			a.applied = st.Local()
 			a.countDiscovered()
 			a.markApplied()
@@ -599,12 +602,21 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 			"why", why, "change", change, "err", o.Err)
 		return
 	}
+	commit(rend)
 	a.applied = st.Local()
 	a.runRend = &rend
 	a.countDiscovered()
 	a.markApplied()
 	a.record(metrics.Reloaded, why, change, start, nil)
 	a.log.Info("applied with a reload", "why", why, "change", change, "duration", time.Since(start).Round(time.Millisecond))
+}
+
+// commit tells the renderer that HAProxy runs rend: only now does what
+// it keeps for the next rendering (the slot table) move.
+func commit(rend model.Rendering) {
+	if rend.Commit != nil {
+		rend.Commit()
+	}
 }
 
 // runtimeApplies: rend differs from what runs only in its server slots.
