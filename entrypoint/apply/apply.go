@@ -88,6 +88,10 @@ type Applier struct {
 	why      string           // why recheck is due, for the log
 	skipped  string           // the last rendering's skips, logged when they change
 	reasons  []string         // sources changed since the last apply
+	// startRend is the rendering of the current state during Start, so
+	// that the state that completed the start is not rendered again to be
+	// written; take and fillFromDisk, which change the state, clear it.
+	startRend *rendered
 
 	ready atomic.Pointer[error]
 
@@ -228,7 +232,21 @@ func (a *Applier) Render(ctx context.Context) (model.Rendering, error) {
 	if _, err := a.gather(ctx); err != nil {
 		return model.Rendering{}, err
 	}
-	return a.renderer.Render(a.state())
+	return a.renderStart()
+}
+
+type rendered struct {
+	rend model.Rendering
+	err  error
+}
+
+// renderStart renders the current state, once per state during Start.
+func (a *Applier) renderStart() (model.Rendering, error) {
+	if a.startRend == nil {
+		rend, err := a.renderer.Render(a.state())
+		a.startRend = &rendered{rend, err}
+	}
+	return a.startRend.rend, a.startRend.err
 }
 
 // gather starts the sources and collects their first snapshots until the
@@ -242,7 +260,8 @@ func (a *Applier) gather(ctx context.Context) (complete bool, err error) {
 	a.renderer = r
 	// A first rendering over nothing says what the template asks for, so
 	// that Consul fetches exactly that from its first request.
-	if rend, err := a.renderer.Render(model.Merge(nil, nil)); err == nil {
+	a.startRend = nil
+	if rend, err := a.renderStart(); err == nil {
 		a.want(rend.Queries)
 	}
 	for _, s := range a.opts.Sources {
@@ -272,7 +291,7 @@ func (a *Applier) Wait() { a.wg.Wait() }
 // another datacenter) is answered once it is there. A source the template
 // does not read (a static or env-only template) holds nothing up.
 func (a *Applier) complete() bool {
-	rend, err := a.renderer.Render(a.state())
+	rend, err := a.renderStart()
 	if err != nil {
 		return true // first() reports it
 	}
@@ -297,7 +316,7 @@ func (a *Applier) fillFromDisk() {
 		snap, at, err := LoadSnapshot(a.opts.StateDir, name)
 		switch {
 		case err == nil:
-			a.latest[name] = snap
+			a.latest[name], a.startRend = snap, nil
 			a.log.Warn("source did not answer in time; starting with what it said last, and applying its news when it answers",
 				"source", name, "saved_at", at, "timeout", a.opts.StartTimeout)
 		case errors.Is(err, os.ErrNotExist):
@@ -313,7 +332,8 @@ func (a *Applier) fillFromDisk() {
 func (a *Applier) first(ctx context.Context, complete bool) error {
 	a.save()
 	st := a.state()
-	rend, err := a.renderer.Render(st)
+	rend, err := a.renderStart()
+	a.startRend = nil // Run renders afresh: the clock moves drains on
 	if err == nil && len(rend.Missing) > 0 && a.running != nil {
 		a.log.Warn("starting with the last applied configuration: the template still waits for data",
 			"path", a.opts.Path, "missing", queryList(rend.Missing))
@@ -457,7 +477,7 @@ func (a *Applier) take(s model.Snapshot) bool {
 	if had && !first && reflect.DeepEqual(old.Results, s.Results) {
 		return false
 	}
-	a.latest[s.Source] = s
+	a.latest[s.Source], a.startRend = s, nil
 	a.unsaved[s.Source] = true
 	return true
 }
