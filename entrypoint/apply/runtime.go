@@ -21,10 +21,10 @@ type Runtime interface {
 
 func slotKey(backend, server string) string { return backend + "/" + server }
 
-// plan returns the runtime commands that turn the slots of from into to.
+// runtimeCommands returns the runtime commands that turn the slots of from into to.
 // It fails when to is not from's slots with other members (a reload is
 // needed then).
-func plan(from, to []model.ServerSlot) ([]string, error) {
+func runtimeCommands(from, to []model.ServerSlot) ([]string, error) {
 	if len(from) != len(to) {
 		return nil, errors.New("the slots differ")
 	}

@@ -15,7 +15,7 @@ func sl(server, inst, addr string, port, weight int, state string) model.ServerS
 
 func free(server string) model.ServerSlot { return sl(server, "", "", 0, 1, model.SlotMaint) }
 
-func TestPlan(t *testing.T) {
+func TestRuntimeCommands(t *testing.T) {
 	from := []model.ServerSlot{sl("s1", "a", "10.0.0.1", 80, 1, model.SlotReady), sl("s2", "b", "10.0.0.2", 80, 1, model.SlotReady), free("s3")}
 	for _, tc := range []struct {
 		name    string
@@ -36,7 +36,7 @@ func TestPlan(t *testing.T) {
 		{"more slots need a reload", append(slices.Clone(from), free("s4")), nil, "slots differ"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := plan(from, tc.to)
+			got, err := runtimeCommands(from, tc.to)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err %v, want %q", err, tc.wantErr)

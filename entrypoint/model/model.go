@@ -253,6 +253,12 @@ type Rendering struct {
 	// Routes are the built-in template's routes in the order HAProxy
 	// tries them, for /status; empty for user templates.
 	Routes []Route
+	// Commit, when set, is called once HAProxy runs this rendering (or
+	// already ran the same bytes). What the renderer keeps for the next
+	// rendering (the built-in template's slot table and drain clocks)
+	// moves only then, so a rendering HAProxy refused leaves no trace.
+	// Nil for renderers that keep nothing.
+	Commit func()
 }
 
 // Route is where the built-in template sends traffic, for /status.
@@ -283,8 +289,9 @@ type ServerSlot struct {
 }
 
 // Renderer turns a State into a configuration. It must be a pure function
-// of the State (and of files it reads): the same State renders the same
-// bytes.
+// of the State (and of files it reads, and of what its last committed
+// rendering left): the same State renders the same bytes, and rendering
+// changes nothing until the rendering's Commit is called.
 type Renderer interface {
 	Render(st State) (Rendering, error)
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -38,14 +39,32 @@ func mustNew(t testing.TB, o Options) *Renderer {
 	return r
 }
 
+// render renders st and commits the rendering, as the applier does once
+// HAProxy runs it.
 func render(t testing.TB, r *Renderer, st model.State) model.Rendering {
 	t.Helper()
 	out, err := r.Render(st)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if out.Commit != nil {
+		out.Commit()
+	}
 	return out
 }
+
+// renderPlan renders st without committing, and returns the slot table
+// the rendering proposes.
+func renderPlan(t testing.TB, r *Renderer, st model.State) (model.Rendering, slotPlan) {
+	t.Helper()
+	out, plan, _, err := r.render(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, plan
+}
+
+func equalPlans(a, b slotPlan) bool { return reflect.DeepEqual(a, b) }
 
 // haproxyCheck runs `haproxy -c` on a configuration and fails on an error
 // or on a warning other than a server name that does not resolve (which

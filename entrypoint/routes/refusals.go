@@ -8,9 +8,9 @@ import (
 
 // Refusals counts what the built-in configuration refuses, by the reason
 // label (the Refused* kinds): seamless_routes_refused_total. A refusal is
-// counted when it first appears in a rendering, not at every render while
-// it lasts, so the counter's rate is the rate of new refusals; one that
-// goes away and comes back counts again. Share one between the renderers
+// counted when it first appears in a committed rendering (one HAProxy
+// runs), not at every render while it lasts, so the counter's rate is the
+// rate of new refusals; one that goes away and comes back counts again. Share one between the renderers
 // that SIGHUP makes (Options.Refusals) and register it once.
 type Refusals struct {
 	counter *prometheus.CounterVec
@@ -32,8 +32,8 @@ func NewRefusals() *Refusals {
 	return r
 }
 
-// observe counts the refusals of a rendering that the last one did not
-// have.
+// observe counts the refusals of a committed rendering that the last one
+// did not have.
 func (r *Refusals) observe(skips []Skip) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

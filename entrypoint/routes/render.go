@@ -86,14 +86,36 @@ func New(opts Options, log *slog.Logger) (*Renderer, error) {
 func (r *Renderer) Build(c model.Catalog) (Routes, []Skip) { return Build(c, r.policy) }
 
 // Render renders the configuration from the local catalog: a pure function
-// of the State. Until a catalog has arrived the rendering lists it as
-// Missing and has no Config.
+// of the State, the committed slot table and the clock, which changes
+// nothing. The rendering's Commit makes its slot assignment the table's
+// and counts its refusals: call it once HAProxy runs the rendering. Until
+// a catalog has arrived the rendering lists it as Missing and has no
+// Config.
 func (r *Renderer) Render(st model.State) (model.Rendering, error) {
+	out, plan, skipped, err := r.render(st)
+	if err != nil || out.Config == nil {
+		return out, err
+	}
+	out.Commit = func() { r.commit(plan, skipped) }
+	return out, nil
+}
+
+func (r *Renderer) commit(plan slotPlan, skipped []Skip) {
+	if r.slots > 0 {
+		r.table.commit(plan)
+	}
+	if r.refusals != nil {
+		r.refusals.observe(skipped)
+	}
+}
+
+// render is Render with what Commit would commit.
+func (r *Renderer) render(st model.State) (model.Rendering, slotPlan, []Skip, error) {
 	out := model.Rendering{Queries: []model.Query{model.LocalCatalog}}
 	res, ok := st.Result(model.LocalCatalog)
 	if !ok {
 		out.Missing = []model.Query{model.LocalCatalog}
-		return out, nil
+		return out, slotPlan{}, nil, nil
 	}
 	var c model.Catalog
 	if res.Catalog != nil {
@@ -104,22 +126,19 @@ func (r *Renderer) Render(st model.State) (model.Rendering, error) {
 	for _, s := range skipped {
 		out.Skipped = append(out.Skipped, s.String())
 	}
-	if r.refusals != nil {
-		r.refusals.observe(skipped)
-	}
-	v, err := r.view(rt)
+	v, plan, err := r.view(rt, r.now())
 	if err != nil {
-		return out, err
+		return out, slotPlan{}, nil, err
 	}
 	var buf bytes.Buffer
 	if err := tmpl.Execute(&buf, v); err != nil {
-		return out, fmt.Errorf("default configuration: %w", err)
+		return out, slotPlan{}, nil, fmt.Errorf("default configuration: %w", err)
 	}
 	out.Config = buf.Bytes()
 	if r.slots > 0 {
 		r.fillSlots(&out, v)
 	}
-	return out, nil
+	return out, plan, skipped, nil
 }
 
 // fillSlots describes the slots of v and the structure around them: the
@@ -202,7 +221,9 @@ func check(what string, re *regexp.Regexp, s string) error {
 	return nil
 }
 
-func (r *Renderer) view(rt Routes) (view, error) {
+// view checks every string of rt for the template and places the servers
+// into slots planned from the committed table at now.
+func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
 	v := view{HTTPBind: r.http.String(), Default: "no-route"}
 	errs := []error{check("bind", bindRe, v.HTTPBind)}
 	if r.stats.port != 0 {
@@ -238,7 +259,8 @@ func (r *Renderer) view(rt Routes) (view, error) {
 		v.StateFile = r.stateFile
 		errs = append(errs, check("server-state file", fileRe, v.StateFile))
 	}
-	now := r.now()
+	committed := r.table.committedBackends()
+	plan := slotPlan{backends: map[string][]slot{}}
 	for _, s := range rt.Services {
 		for _, b := range []struct {
 			name string
@@ -251,7 +273,8 @@ func (r *Renderer) view(rt Routes) (view, error) {
 			vb := viewBackend{Name: b.name, TCP: b.tcp}
 			if r.slots > 0 {
 				var held []slot
-				held, vb.recheck = r.table.assign(b.name, s.Servers, r.slots, r.drain, now)
+				held, vb.recheck = planSlots(committed[b.name], s.Servers, r.slots, r.drain, now)
+				plan.backends[b.name] = held
 				vb.Servers, vb.slots = slotServers(b.name, held)
 			} else {
 				for _, srv := range s.Servers {
@@ -269,8 +292,8 @@ func (r *Renderer) view(rt Routes) (view, error) {
 	}
 	for _, err := range errs {
 		if err != nil {
-			return view{}, err
+			return view{}, slotPlan{}, err
 		}
 	}
-	return v, nil
+	return v, plan, nil
 }

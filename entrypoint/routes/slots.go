@@ -14,23 +14,56 @@ import (
 // as it exists, a new one takes a free slot, and the applier changes a
 // slot's address, weight and state over HAProxy's runtime API. Only a
 // backend that outgrows its slots needs a reload, with twice as many.
+//
+// Planning is pure: a rendering reads the committed table and proposes the
+// next one (a slotPlan) without changing it. The applier commits the
+// proposal (model.Rendering.Commit) only once HAProxy runs the rendering,
+// so a refused, failed or repeated rendering leaves no trace, and the next
+// one starts again from what runs.
 
 // unusedAddr is where a free slot points; it is also in maintenance.
 const unusedAddr = "127.0.0.1:1"
 
-// SlotTable remembers which instance holds which slot of which backend. It
-// outlives the Renderer (a SIGHUP builds a new one) so that assignments
-// stay stable for the running HAProxy.
+// SlotTable is the committed assignment: which instance holds which slot
+// of which backend in the configuration HAProxy runs, with the drain
+// clocks of removed instances. It outlives the Renderer (a SIGHUP builds a
+// new one) so that assignments stay stable for the running HAProxy. It
+// holds only the backends of the last committed rendering: a backend that
+// is no longer rendered is forgotten with its drains.
 type SlotTable struct {
-	mu       sync.Mutex
-	backends map[string]*slotBackend
+	mu sync.Mutex
+	// backends is replaced whole at commit, never changed in place, and
+	// its slices are shared with plans: readers may keep it unlocked.
+	backends map[string][]slot
 }
 
 // NewSlotTable returns an empty table.
-func NewSlotTable() *SlotTable { return &SlotTable{backends: map[string]*slotBackend{}} }
+func NewSlotTable() *SlotTable { return &SlotTable{backends: map[string][]slot{}} }
 
-type slotBackend struct {
-	slots []slot
+// Len is the number of backends the table holds.
+func (t *SlotTable) Len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.backends)
+}
+
+func (t *SlotTable) committedBackends() map[string][]slot {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.backends
+}
+
+// commit makes p the table: HAProxy runs the rendering p was planned for.
+func (t *SlotTable) commit(p slotPlan) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.backends = p.backends
+}
+
+// slotPlan is the table a rendering proposes: the slots of every backend
+// it renders, and nothing else.
+type slotPlan struct {
+	backends map[string][]slot
 }
 
 type slot struct {
@@ -39,30 +72,39 @@ type slot struct {
 	drainUntil time.Time // non-zero while a removed instance drains
 }
 
-// assign places servers into backend's slots at time now and returns the
-// slots in order, with the earliest time a drain ends (zero if none).
-// Removed instances drain for drain, then their slot is freed.
-func (t *SlotTable) assign(backend string, servers []Server, minSlots int, drain time.Duration, now time.Time) ([]slot, time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	b := t.backends[backend]
-	if b == nil {
-		b = &slotBackend{slots: make([]slot, max(minSlots, nextPow2(len(servers))))}
-		t.backends[backend] = b
+// planSlots places servers into a backend's committed slots (nil for a
+// backend the table does not hold) at time now, and returns its slots in
+// order with the earliest time a drain ends (zero if none). Removed
+// instances drain for drain, then their slot is freed. committed is never
+// written: it is copied at the first slot that changes, and returned as
+// is when none does.
+func planSlots(committed []slot, servers []Server, minSlots int, drain time.Duration, now time.Time) ([]slot, time.Time) {
+	slots, owned := committed, false
+	if slots == nil {
+		slots, owned = make([]slot, max(minSlots, nextPow2(len(servers)))), true
 	}
-	want := map[string]Server{}
+	set := func(i int, s slot) {
+		if slots[i] == s {
+			return
+		}
+		if !owned {
+			slots, owned = slices.Clone(slots), true
+		}
+		slots[i] = s
+	}
+	want := make(map[string]Server, len(servers))
 	for _, s := range servers {
 		want[s.Instance] = s
 	}
 	var recheck time.Time
-	held := map[string]bool{}
-	for i := range b.slots {
-		sl := &b.slots[i]
+	held := make(map[string]bool, len(servers))
+	for i := range slots {
+		sl := slots[i]
 		if sl.key == "" {
 			continue
 		}
 		if s, ok := want[sl.key]; ok {
-			sl.srv, sl.drainUntil = s, time.Time{}
+			set(i, slot{key: sl.key, srv: s})
 			held[sl.key] = true
 			continue
 		}
@@ -70,9 +112,10 @@ func (t *SlotTable) assign(backend string, servers []Server, minSlots int, drain
 			sl.drainUntil = now.Add(drain)
 		}
 		if !now.Before(sl.drainUntil) {
-			*sl = slot{}
+			set(i, slot{})
 			continue
 		}
+		set(i, sl)
 		if recheck.IsZero() || sl.drainUntil.Before(recheck) {
 			recheck = sl.drainUntil
 		}
@@ -81,15 +124,17 @@ func (t *SlotTable) assign(backend string, servers []Server, minSlots int, drain
 		if held[s.Instance] {
 			continue
 		}
-		i := slices.IndexFunc(b.slots, func(sl slot) bool { return sl.key == "" })
+		i := slices.IndexFunc(slots, func(sl slot) bool { return sl.key == "" })
 		if i < 0 {
-			i = len(b.slots)
-			b.slots = append(b.slots, make([]slot, max(len(b.slots), 1))...)
+			i = len(slots)
+			grown := make([]slot, len(slots)+max(len(slots), 1))
+			copy(grown, slots)
+			slots, owned = grown, true
 		}
-		b.slots[i] = slot{key: s.Instance, srv: s}
+		set(i, slot{key: s.Instance, srv: s})
 		held[s.Instance] = true
 	}
-	return slices.Clone(b.slots), recheck
+	return slots, recheck
 }
 
 func nextPow2(n int) int {

@@ -1,0 +1,176 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/seamless-lb/seamless/entrypoint/haproxy"
+	"github.com/seamless-lb/seamless/entrypoint/metrics"
+	"github.com/seamless-lb/seamless/entrypoint/model"
+	"github.com/seamless-lb/seamless/entrypoint/routes"
+	"github.com/seamless-lb/seamless/internal/testenv"
+)
+
+// haproxyServers stands in for HAProxy's runtime API at the unit's edge:
+// it keeps the servers' state and applies `set server` to it, or fails
+// every command while fail is set.
+type haproxyServers struct {
+	mu      sync.Mutex
+	fail    error
+	servers map[string]*haproxy.ServerState
+	order   []string
+}
+
+func newHAProxyServers(slots []model.ServerSlot) *haproxyServers {
+	h := &haproxyServers{servers: map[string]*haproxy.ServerState{}}
+	for _, s := range slots {
+		k := slotKey(s.Backend, s.Server)
+		st := &haproxy.ServerState{Backend: s.Backend, Server: s.Server, Address: s.Address, Port: s.Port, Weight: s.Weight}
+		h.setState(st, s.State)
+		h.servers[k] = st
+		h.order = append(h.order, k)
+	}
+	return h
+}
+
+func (h *haproxyServers) setState(s *haproxy.ServerState, state string) {
+	switch state {
+	case model.SlotMaint:
+		s.Admin = 0x01
+	case model.SlotDrain:
+		s.Admin = 0x08
+	default:
+		s.Admin = 0
+	}
+}
+
+func (h *haproxyServers) setFail(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.fail = err
+}
+
+func (h *haproxyServers) Apply(_ context.Context, cmds []string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.fail != nil {
+		return h.fail
+	}
+	for _, c := range cmds {
+		f := strings.Fields(c) // set server B/S what args...
+		s := h.servers[f[2]]
+		if s == nil {
+			return errors.New("No such server: " + f[2])
+		}
+		switch f[3] {
+		case "addr":
+			s.Address = f[4]
+			s.Port, _ = strconv.Atoi(f[6])
+		case "weight":
+			s.Weight, _ = strconv.Atoi(f[4])
+		case "state":
+			h.setState(s, f[4])
+		}
+	}
+	return nil
+}
+
+func (h *haproxyServers) ServersState(context.Context) (string, []haproxy.ServerState, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []haproxy.ServerState
+	for _, k := range h.order {
+		out = append(out, *h.servers[k])
+	}
+	return "1\n", out, nil
+}
+
+func webInstances(ids ...string) model.Snapshot {
+	c := &model.Catalog{}
+	for _, id := range ids {
+		c.Instances = append(c.Instances, model.Instance{Source: "consul", Name: "web", ID: id, Node: "n1",
+			Address: "10.0.0." + strings.TrimPrefix(id, "w"), Port: 8080, Status: model.StatusPassing,
+			Tags: []string{"seamless.http.host=web.example"}})
+	}
+	return model.Snapshot{Source: "consul", Results: map[model.Query]model.Result{model.LocalCatalog: {Catalog: c}}}
+}
+
+func slotOptions(table *routes.SlotTable) routes.Options {
+	return routes.Options{HTTPBind: "127.0.0.1:18080", Slots: 4, DrainTimeout: time.Hour, Table: table}
+}
+
+func renderBuiltin(t *testing.T, table *routes.SlotTable, snaps ...model.Snapshot) model.Rendering {
+	t.Helper()
+	r, err := routes.New(slotOptions(table), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rend model.Rendering
+	for _, s := range snaps {
+		if rend, err = r.Render(model.Merge(map[string]model.Snapshot{s.Source: s}, nil)); err != nil {
+			t.Fatal(err)
+		}
+		rend.Commit()
+	}
+	return rend
+}
+
+// A change HAProxy did not take (the runtime API failed, then the reload
+// failed and the file was rolled back) leaves the slot table where it
+// was: the next change is assigned its slots as if the failed one had
+// never happened.
+func TestAChangeHAProxyDidNotTakeLeavesTheSlotTable(t *testing.T) {
+	src := newSource("consul")
+	table := routes.NewSlotTable()
+	renderer, err := routes.New(slotOptions(table), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, t.TempDir(), renderer, src)
+	r.a.opts.Validate = func(context.Context, string) error { return nil }
+	src.ch <- webInstances("w1", "w2")
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	running := r.file(t)
+	h := newHAProxyServers(r.a.runRend.Servers)
+	r.a.opts.Runtime = h
+	r.run(t)
+
+	h.setFail(errors.New("dial unix master.sock: connection refused"))
+	r.mu.Lock()
+	r.reloadOK = false
+	r.mu.Unlock()
+	src.ch <- webInstances("w1", "w2", "w3")
+	testenv.Eventually(t, 5*time.Second, "the change fails", func() bool {
+		return testutil.ToFloat64(r.m.Applies.WithLabelValues(metrics.Failed)) == 1
+	})
+	if got := r.file(t); got != running {
+		t.Fatalf("the file is not the running configuration after the failure:\n%s", got)
+	}
+	if again := renderBuiltin(t, table, webInstances("w1", "w2")); string(again.Config) != running {
+		t.Errorf("the committed table moved: the running state renders\n%s\nwhere HAProxy runs\n%s", again.Config, running)
+	}
+
+	h.setFail(nil)
+	r.mu.Lock()
+	r.reloadOK = true
+	r.mu.Unlock()
+	src.ch <- webInstances("w1", "w2", "w4")
+	testenv.Eventually(t, 5*time.Second, "the next change goes over the runtime API", func() bool {
+		return testutil.ToFloat64(r.m.RuntimeUpdates.WithLabelValues(metrics.Success)) == 1
+	})
+	want := renderBuiltin(t, routes.NewSlotTable(), webInstances("w1", "w2"), webInstances("w1", "w2", "w4"))
+	if got := r.file(t); got != string(want.Config) {
+		t.Errorf("after the failed change, the next one runs\n%s\nwant, as if the failure never happened,\n%s", got, want.Config)
+	}
+	if n := r.reloadCount(); n != 1 {
+		t.Errorf("%d reloads, want only the failed one", n)
+	}
+}

@@ -1,0 +1,211 @@
+package apply
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/seamless-lb/seamless/entrypoint/haproxy"
+	"github.com/seamless-lb/seamless/entrypoint/metrics"
+	"github.com/seamless-lb/seamless/entrypoint/model"
+	"github.com/seamless-lb/seamless/entrypoint/reload"
+)
+
+// retryAfter spaces attempts at a rendering whose reload could not be
+// confirmed (as opposed to refused).
+const retryAfter = 5 * time.Second
+
+// Writes that fail (disk full, read-only, I/O) are retried after a delay
+// that doubles from writeRetryMin to writeRetryMax.
+const (
+	writeRetryMin = time.Second
+	writeRetryMax = 30 * time.Second
+)
+
+// updateRuntime changes the slots over the runtime API. It reports false
+// when that failed and a reload must apply the rendering instead.
+func (a *Applier) updateRuntime(ctx context.Context, at attempt) bool {
+	err := a.runtime(ctx, at.rend)
+	switch {
+	case err == nil:
+		a.took(at, metrics.Runtime)
+		return true
+	case ctx.Err() != nil:
+		return true // stopping
+	}
+	a.opts.Metrics.RuntimeUpdates.WithLabelValues(metrics.Failure).Inc()
+	a.log.Warn("runtime update failed; reloading instead", "why", at.why, "change", at.change, "err", err)
+	return false
+}
+
+// runtime changes the slots over the runtime API, checks that HAProxy
+// runs them, and writes the file, so that a later reload changes nothing.
+func (a *Applier) runtime(ctx context.Context, rend model.Rendering) error {
+	cmds, err := runtimeCommands(a.runRend.Servers, rend.Servers)
+	if err != nil {
+		return err
+	}
+	if err := a.opts.Runtime.Apply(ctx, cmds); err != nil {
+		return err
+	}
+	_, states, err := a.opts.Runtime.ServersState(ctx)
+	if err != nil {
+		return err
+	}
+	if err := verify(rend.Servers, states, touchedSlots(cmds)); err != nil {
+		return err
+	}
+	if err := WriteFile(a.opts.Path, rend.Config, 0o640); err != nil {
+		return fmt.Errorf("HAProxy runs the change, but the file could not follow: %w", err)
+	}
+	a.running, a.runRend = rend.Config, &rend
+	a.log.Debug("runtime commands", "commands", strings.Join(cmds, "; "))
+	return nil
+}
+
+// reloadWith writes and validates the rendering, reloads HAProxy, and
+// puts the previous file back when HAProxy does not take it.
+func (a *Applier) reloadWith(ctx context.Context, at attempt) {
+	a.saveServerState(ctx, at.rend)
+	previous := a.running
+	if !bytes.Equal(at.rend.Config, a.running) {
+		if err := a.write(ctx, at.rend.Config); err != nil {
+			a.writeFailed(at, err)
+			return
+		}
+	}
+	o, err := a.opts.Reload(ctx, "discovery: "+at.why)
+	if err != nil || !o.OK {
+		// HAProxy runs the previous file: put it back, so that the file
+		// on disk stays what runs (also when stopping).
+		if !bytes.Equal(previous, at.rend.Config) && previous != nil {
+			if err := WriteFile(a.opts.Path, previous, 0o640); err != nil {
+				a.log.Error("cannot restore the configuration HAProxy runs", "path", a.opts.Path, "err", err)
+			} else {
+				a.running = previous
+			}
+		}
+	}
+	switch {
+	case err != nil:
+		return // stopping
+	case o.OK:
+		a.took(at, metrics.Reloaded)
+		return
+	}
+	var ce *haproxy.ConfigError
+	if errors.Is(o.Err, reload.ErrRefused) || errors.As(o.Err, &ce) && !transient(o.Err) {
+		// The same bytes would fail again: wait for different ones.
+		a.refused = at.sum
+	} else {
+		// Not confirmed in time, or haproxy -c could not run: try the
+		// same rendering again later.
+		a.recheck, a.why = time.Now().Add(retryAfter), "retrying the reload"
+	}
+	a.record(metrics.Failed, at.why, at.change, at.start, o.Err)
+	a.log.Error("HAProxy did not take the new configuration; the file is back to what runs",
+		"why", at.why, "change", at.change, "err", o.Err)
+}
+
+// writeFailed: the candidate could not be written or validated. A
+// refusal waits for different bytes; anything else is retried.
+func (a *Applier) writeFailed(at attempt, err error) {
+	if transient(err) {
+		a.retryLater(at.why, at.change, at.start, err)
+		return
+	}
+	a.refused = at.sum
+	a.record(metrics.Refused, at.why, at.change, at.start, err)
+	a.opts.Metrics.ConfigErrors.Inc()
+	a.log.Error("new configuration refused; the running one keeps serving",
+		"why", at.why, "change", at.change, "err", err)
+}
+
+// saveServerState keeps the servers' runtime state for the next worker.
+func (a *Applier) saveServerState(ctx context.Context, next model.Rendering) {
+	if a.opts.StateFile == "" || a.opts.Runtime == nil {
+		return
+	}
+	state := "1\n"
+	var prev []model.ServerSlot
+	if a.runRend != nil {
+		prev = a.runRend.Servers
+	}
+	if raw, _, err := a.opts.Runtime.ServersState(ctx); err == nil {
+		state = keepState(raw, prev, next.Servers)
+	} else {
+		a.log.Warn("cannot save the servers' runtime state; the new worker starts from the file", "err", err)
+	}
+	if err := WriteFile(a.opts.StateFile, []byte(state), 0o640); err != nil {
+		a.log.Warn("cannot write the server-state file", "path", a.opts.StateFile, "err", err)
+	}
+}
+
+// WriteError is a configuration that could not be written (disk full,
+// read-only file system, I/O or permission error): a fault of the disk,
+// not of the configuration, so it is retried.
+type WriteError struct {
+	Path string
+	Err  error
+}
+
+func (e *WriteError) Error() string { return fmt.Sprintf("cannot write %s: %v", e.Path, e.Err) }
+func (e *WriteError) Unwrap() error { return e.Err }
+
+// transient: err says nothing against the configuration, so the same
+// bytes may pass later. Only a *haproxy.ConfigError is a refusal, and not
+// one for a taken port (another process may free it); a disk that fails,
+// or a haproxy -c that cannot run at all (no fork, no file descriptor, a
+// timeout), is retried.
+func transient(err error) bool {
+	var ce *haproxy.ConfigError
+	var be *haproxy.BindError
+	return !errors.As(err, &ce) || errors.As(err, &be)
+}
+
+// retryLater schedules another attempt at a rendering that could not be
+// written or validated for a transient reason, backing off.
+func (a *Applier) retryLater(why, change string, start time.Time, err error) {
+	a.backoff = min(max(a.backoff*2, writeRetryMin), writeRetryMax)
+	if next := time.Now().Add(a.backoff); a.recheck.IsZero() || next.Before(a.recheck) {
+		a.recheck, a.why = next, "retrying the new configuration"
+	}
+	a.record(metrics.Failed, why, change, start, err)
+	msg := "cannot validate the new configuration now; the running one keeps serving, retrying"
+	var we *WriteError
+	var be *haproxy.BindError
+	switch {
+	case errors.As(err, &we):
+		a.opts.Metrics.ConfigWriteErrors.Inc()
+		msg = "cannot write the new configuration; the running one keeps serving, retrying"
+	case errors.As(err, &be):
+		msg = "a listening address of the new configuration is taken; the running one keeps serving, retrying until it is free"
+	}
+	a.log.Error(msg, "why", why, "change", change, "retry_in", a.backoff, "err", err)
+}
+
+// write validates data as a candidate beside Path and renames it into
+// place; Path is untouched when validation fails. Failures of the disk
+// are *WriteError.
+func (a *Applier) write(ctx context.Context, data []byte) error {
+	cand := a.opts.Path + ".new"
+	if err := WriteFile(cand, data, 0o640); err != nil {
+		return &WriteError{Path: cand, Err: err}
+	}
+	if err := a.opts.Validate(ctx, cand); err != nil {
+		return err
+	}
+	if err := os.Rename(cand, a.opts.Path); err != nil {
+		return &WriteError{Path: a.opts.Path, Err: err}
+	}
+	if err := syncDir(filepath.Dir(a.opts.Path)); err != nil {
+		return &WriteError{Path: filepath.Dir(a.opts.Path), Err: err}
+	}
+	a.running, a.backoff = data, 0
+	return nil
+}

@@ -1,0 +1,52 @@
+package apply
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"time"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+)
+
+// attempt is one apply: why it runs, what it renders, and what changed.
+type attempt struct {
+	start   time.Time
+	why     string // which sources or signal
+	force   bool   // reload even when unchanged (SIGHUP)
+	rend    model.Rendering
+	catalog model.Catalog // the local catalog behind rend
+	change  string        // what changed, per service, for the log and /status
+	sum     [32]byte      // of rend.Config, once planned past unchanged
+}
+
+// step is how a rendering comes to run.
+type step int
+
+const (
+	unchanged     step = iota // HAProxy runs these bytes already
+	refusedBefore             // HAProxy or haproxy -c refused these bytes: wait for others
+	runtimeUpdate             // only server slots differ: the runtime API, no reload
+	reloadNeeded              // anything else: write, validate, reload
+)
+
+// plan decides how at's rendering comes to run, from it and the
+// rendering that runs.
+func (a *Applier) plan(at *attempt) step {
+	if bytes.Equal(at.rend.Config, a.running) && !at.force {
+		return unchanged
+	}
+	at.sum = sha256.Sum256(at.rend.Config)
+	switch {
+	case at.sum == a.refused && !at.force:
+		return refusedBefore
+	case a.runtimeApplies(at.rend, at.force):
+		return runtimeUpdate
+	}
+	return reloadNeeded
+}
+
+// runtimeApplies: rend differs from what runs only in its server slots.
+func (a *Applier) runtimeApplies(rend model.Rendering, force bool) bool {
+	return !force && a.opts.Runtime != nil && a.runRend != nil && len(rend.Servers) > 0 &&
+		len(rend.Structure) > 0 && bytes.Equal(rend.Structure, a.runRend.Structure)
+}

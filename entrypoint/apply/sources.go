@@ -1,0 +1,89 @@
+package apply
+
+import (
+	"maps"
+	"reflect"
+	"slices"
+	"time"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+)
+
+// Statuses reports every source that can say how it is doing.
+func (a *Applier) Statuses() []model.SourceStatus {
+	var out []model.SourceStatus
+	for _, s := range a.opts.Sources {
+		if r, ok := s.(model.Reporter); ok {
+			st := r.Status()
+			st.Name = s.Name()
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// take records a snapshot and reports whether it changed anything. A
+// query the snapshot does not answer keeps its earlier answer (from this
+// run or from disk): a source that could not reach its backend says
+// nothing about it, and nothing must not render as empty. A snapshot that
+// answers nothing at all is not an answer.
+func (a *Applier) take(s model.Snapshot) bool {
+	a.opts.Metrics.SourceSnapshots.WithLabelValues(s.Source).Inc()
+	if len(s.Results) == 0 {
+		a.log.Debug("source answered nothing yet", "source", s.Source)
+		return false
+	}
+	first := !a.fresh[s.Source]
+	a.fresh[s.Source] = true
+	old, had := a.latest[s.Source]
+	if had {
+		results := maps.Clone(s.Results)
+		for q, r := range old.Results {
+			if _, ok := results[q]; !ok {
+				results[q] = r
+			}
+		}
+		s.Results = results
+	}
+	if had && !first && reflect.DeepEqual(old.Results, s.Results) {
+		return false
+	}
+	a.latest[s.Source], a.startRend = s, nil
+	a.unsaved[s.Source] = true
+	return true
+}
+
+// save writes the snapshots taken since the last save: once per apply,
+// not once per snapshot, since a catalog can be megabytes of JSON.
+func (a *Applier) save() {
+	if a.opts.ReadOnly {
+		return
+	}
+	for name := range a.unsaved {
+		if err := SaveSnapshot(a.opts.StateDir, a.latest[name], time.Now()); err != nil {
+			a.log.Warn("cannot save the source's snapshot; a restart while it is unreachable would start without it",
+				"source", name, "dir", a.opts.StateDir, "err", err)
+		}
+	}
+	clear(a.unsaved)
+}
+
+func (a *Applier) state() model.State {
+	order := make([]string, len(a.opts.Sources))
+	for i, s := range a.opts.Sources {
+		order[i] = s.Name()
+	}
+	return model.Merge(a.latest, order)
+}
+
+func (a *Applier) want(qs []model.Query) {
+	if slices.Equal(qs, a.wanted) {
+		return
+	}
+	a.wanted = slices.Clone(qs)
+	for _, s := range a.opts.Sources {
+		if w, ok := s.(model.Wanter); ok {
+			w.Want(qs)
+		}
+	}
+}
