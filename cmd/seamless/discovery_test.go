@@ -226,7 +226,7 @@ func TestConsulDiscoveryEndToEnd(t *testing.T) {
 	r.eventuallyServedBy(t, "127.0.0.1", "web1", "web2")
 
 	for _, l := range loads {
-		requireNoFailures(t, "load during discovery changes", l.Stop())
+		requireNoFailures(t, "load during discovery changes", stopLoad(t, l))
 	}
 	if !strings.Contains(in.out.String(), "web: -1 instance") {
 		t.Errorf("no apply log line says what changed")

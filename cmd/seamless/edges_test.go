@@ -198,8 +198,8 @@ func TestABindThatWouldFailIsRefusedBeforeTheReload(t *testing.T) {
 	s.write(t, 3)
 	in.signal(syscall.SIGHUP)
 	testenv.Eventually(t, 30*time.Second, "the next good file applies", func() bool { return served(s) == "v3" })
-	requireNoFailures(t, "new connection per request", nc.Stop())
-	requireNoFailures(t, "keep-alive without retries", ka.Stop())
+	requireNoFailures(t, "new connection per request", stopLoad(t, nc))
+	requireNoFailures(t, "keep-alive without retries", stopLoad(t, ka))
 }
 
 // The same in discovery mode: a rendering that adds a taken address is

@@ -54,7 +54,7 @@ func TestConsulRestartedEmptyHoldsTheRemoval(t *testing.T) {
 		}
 	}
 	for _, l := range loads {
-		requireNoFailures(t, "load while Consul restarts empty", l.Stop())
+		requireNoFailures(t, "load while Consul restarts empty", stopLoad(t, l))
 	}
 	if !isHeld {
 		t.Fatalf("%s never reached 3 (or 4 with Consul's own service) within 30 s of the restart", held)

@@ -88,7 +88,7 @@ func TestScalingWithoutReloads(t *testing.T) {
 	// confirms the reload.
 	testenv.Eventually(t, 10*time.Second, "the reload is confirmed", func() bool { return in.metric(successes) >= reloads+1 })
 	for _, l := range loads {
-		requireNoFailures(t, "load while scaling", l.Stop())
+		requireNoFailures(t, "load while scaling", stopLoad(t, l))
 	}
 	if got := in.metric(successes); got != reloads+1 {
 		t.Errorf("%v reloads to grow the slots, want exactly 1", got-reloads)

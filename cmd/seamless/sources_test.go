@@ -139,7 +139,7 @@ func TestServicesDirEndToEnd(t *testing.T) {
 	writeAtomic(t, filepath.Join(dir, "web.yaml"), fmt.Sprintf(webService, instancesYAML(web2)))
 	r.eventuallyServedBy(t, "127.0.0.1", "web2")
 	for _, l := range loads {
-		requireNoFailures(t, "load during file changes", l.Stop())
+		requireNoFailures(t, "load during file changes", stopLoad(t, l))
 	}
 
 	out, err := exec.CommandContext(context.Background(), seamlessBin, "render").Output()
