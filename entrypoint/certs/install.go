@@ -242,20 +242,50 @@ func (i *Installer) put(ctx context.Context, name string, e *Entry, replace bool
 		return fmt.Errorf("commit ssl cert %s: %s", p, errOr(err, ans))
 	}
 	if !replace {
-		if ans, err = i.do(ctx, "add ssl crt-list "+i.list+" "+p); err != nil || !strings.Contains(ans, "Success!") {
-			return fmt.Errorf("add ssl crt-list %s: %s", p, errOr(err, ans))
+		// A reload after "new ssl cert" gives a worker that loaded it
+		// from the files, crt-list entry included: adding it again
+		// would make a second entry, which "del ssl crt-list" refuses.
+		listed, err := i.listed(ctx, p)
+		if err != nil {
+			return err
+		}
+		if !listed {
+			if ans, err = i.do(ctx, "add ssl crt-list "+i.list+" "+p); err != nil || !strings.Contains(ans, "Success!") {
+				return fmt.Errorf("add ssl crt-list %s: %s", p, errOr(err, ans))
+			}
 		}
 	}
 	return i.verify(ctx, p, e.Serial)
 }
 
+// listed reports whether the worker's crt-list has an entry for p.
+func (i *Installer) listed(ctx context.Context, p string) (bool, error) {
+	ans, err := i.do(ctx, "show ssl crt-list "+i.list)
+	if err != nil {
+		return false, err
+	}
+	if !strings.HasPrefix(strings.TrimSpace(ans), "# "+i.list) {
+		return false, fmt.Errorf("show ssl crt-list %s: %s", i.list, firstLine(ans))
+	}
+	for l := range strings.Lines(ans) {
+		if l = strings.TrimSpace(l); l == p || strings.HasPrefix(l, p+" ") {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // remove takes a certificate out of the crt-list, then out of the worker.
 func (i *Installer) remove(ctx context.Context, name string) error {
+	// "does not exist": a worker started after the files were written
+	// (a reload) never had it, which is the goal too.
 	p := i.path(name)
-	if ans, err := i.do(ctx, "del ssl crt-list "+i.list+" "+p); err != nil || !strings.Contains(ans, "deleted in crtlist") {
+	ans, err := i.do(ctx, "del ssl crt-list "+i.list+" "+p)
+	if err != nil || !strings.Contains(ans, "deleted in crtlist") && !strings.Contains(ans, "does not exist") {
 		return fmt.Errorf("del ssl crt-list %s: %s", p, errOr(err, ans))
 	}
-	if ans, err := i.do(ctx, "del ssl cert "+p); err != nil || !strings.Contains(ans, "deleted!") {
+	ans, err = i.do(ctx, "del ssl cert "+p)
+	if err != nil || !strings.Contains(ans, "deleted!") && !strings.Contains(ans, "doesn't exist") {
 		return fmt.Errorf("del ssl cert %s: %s", p, errOr(err, ans))
 	}
 	return nil
@@ -288,9 +318,27 @@ func (i *Installer) do(ctx context.Context, cmd string) (string, error) {
 	ans, err := i.o.CLI.Do(ctx, "@1 "+cmd)
 	if err != nil {
 		verb, _, _ := strings.Cut(cmd, " /")
+		head, payload, _ := strings.Cut(cmd, "<<\n")
+		if payload != "" {
+			return "", fmt.Errorf("%s: %w", head, withoutPayload(err, payload))
+		}
 		return "", fmt.Errorf("%s: %w", verb, err)
 	}
 	return ans, nil
+}
+
+// withoutPayload returns the first error of err's chain that does not quote
+// the payload (a certificate's private key): the master CLI's errors quote
+// the command they failed on.
+func withoutPayload(err error, payload string) error {
+	key := strings.TrimSpace(payload)
+	key = key[:min(len(key), 40)]
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if msg := e.Error(); !strings.Contains(msg, "BEGIN") && !strings.Contains(msg, key) {
+			return e
+		}
+	}
+	return errors.New("the master CLI failed")
 }
 
 // Run installs every set it receives until ctx ends.

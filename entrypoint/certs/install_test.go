@@ -3,6 +3,8 @@ package certs
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,5 +69,95 @@ func TestDirNamesAreSafeForACrtList(t *testing.T) {
 	}
 	if installName("a b") == installName("a_b") {
 		t.Error("two names map to one file")
+	}
+}
+
+// transcript answers commands with what HAProxy 2.6 answered them (recorded
+// from 2.6.12), by the command's start; it records what was sent.
+type transcript struct {
+	answers map[string]string
+	sent    []string
+}
+
+func (tr *transcript) Do(_ context.Context, cmd string) (string, error) {
+	cmd = strings.TrimPrefix(cmd, "@1 ")
+	tr.sent = append(tr.sent, cmd)
+	for prefix, ans := range tr.answers {
+		if strings.HasPrefix(cmd, prefix) {
+			return ans, nil
+		}
+	}
+	return "", errors.New("unexpected command " + cmd)
+}
+
+// A reload that lands between "new ssl cert" and "add ssl crt-list" starts
+// a worker that loaded the certificate from the files; one that lands
+// before a removal leaves a worker that never had it. Neither is a
+// failure, and neither must cost another reload.
+func TestAReloadInTheMiddleOfAChangeNeedsNoOther(t *testing.T) {
+	ca := newCA(t)
+	state := filepath.Join(t.TempDir(), "certs")
+	c, err := Check(ca.bundle(t, "a.example"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(state, "live", "a.pem")
+	list := filepath.Join(state, "crt-list")
+	tr := &transcript{answers: map[string]string{
+		"new ssl cert":      "New empty certificate store '" + p + "'!\n",
+		"set ssl cert":      "Transaction created for certificate " + p + "!\n",
+		"commit ssl cert":   "Committing " + p + "\nSuccess!\n",
+		"show ssl crt-list": "# " + list + "\n" + filepath.Join(state, "default.pem") + "\n" + p + "\n",
+		"show ssl cert":     "Filename: " + p + "\nStatus: Used\nSerial: " + strings.ToUpper(c.Serial.Text(16)) + "\n",
+		"del ssl crt-list":  "Can't delete the entry: certificate '" + p + "' does not exist!\n",
+		"del ssl cert":      "Can't remove the certificate: certificate '" + p + "' doesn't exist!\n",
+	}}
+	reloads := 0
+	inst, err := NewInstaller(InstallerOptions{Dir: state, CLI: tr, Reload: func(string) { reloads++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Install(context.Background(), Set{Certs: map[string]*Entry{"a": {Name: "a", Source: SourceDir, Cert: c}}}); err != nil {
+		t.Fatalf("Install = %v; sent %q", err, tr.sent)
+	}
+	for _, cmd := range tr.sent {
+		if strings.HasPrefix(cmd, "add ssl crt-list") {
+			t.Fatalf("the certificate was listed already, yet added again: %q", tr.sent)
+		}
+	}
+	if err := inst.Install(context.Background(), Set{}); err != nil || reloads != 0 {
+		t.Fatalf("removal = %v, %d reloads; sent %q", err, reloads, tr.sent)
+	}
+}
+
+// The master CLI's errors quote the command; the command of "set ssl cert"
+// carries the private key, which must reach no log line.
+func TestNoPrivateKeyInErrorsOrLogs(t *testing.T) {
+	ca := newCA(t)
+	c, err := Check(ca.bundle(t, "a.example"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs logBuffer
+	inst, err := NewInstaller(InstallerOptions{Dir: filepath.Join(t.TempDir(), "certs"),
+		CLI: cliFunc(func(_ context.Context, cmd string) (string, error) {
+			if strings.Contains(cmd, "new ssl cert") {
+				return "New empty certificate store!\n", nil
+			}
+			// As haproxy.MasterCLI.Do words a failed write.
+			return "", fmt.Errorf("master CLI %q: %w", cmd, errors.New("write unix ->master.sock: broken pipe"))
+		}),
+		Reload: func(string) {}, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = inst.Install(context.Background(), Set{Certs: map[string]*Entry{"a": {Name: "a", Source: SourceDir, Cert: c}}})
+	if err == nil || !strings.Contains(err.Error(), "broken pipe") {
+		t.Fatalf("Install = %v, want the cause", err)
+	}
+	for what, s := range map[string]string{"error": err.Error(), "logs": logs.String()} {
+		if strings.Contains(s, "PRIVATE KEY") || strings.Contains(s, "BEGIN") {
+			t.Errorf("the %s carry the bundle:\n%s", what, s)
+		}
 	}
 }
