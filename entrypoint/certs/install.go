@@ -158,9 +158,9 @@ func (i *Installer) Install(ctx context.Context, set Set) error {
 	slices.Sort(changed)
 	slices.Sort(removed)
 	if err := i.writeFiles(set); err != nil {
-		// HAProxy keeps what it has; the next set tries again.
+		// HAProxy keeps what it has; Run tries again.
 		i.log.Error("cannot write the certificate files; HAProxy keeps its certificates", "err", err)
-		return err
+		return &WriteError{Err: err}
 	}
 	old := i.installed
 	i.installed = maps.Clone(set.Certs)
@@ -341,17 +341,51 @@ func withoutPayload(err error, payload string) error {
 	return errors.New("the master CLI failed")
 }
 
-// Run installs every set it receives until ctx ends.
+// WriteError is an Install that could not write the files: nothing
+// changed, in HAProxy or on disk.
+type WriteError struct{ Err error }
+
+func (e *WriteError) Error() string { return "writing the certificate files: " + e.Err.Error() }
+func (e *WriteError) Unwrap() error { return e.Err }
+
+// Run installs every set it receives until ctx ends. A set whose files
+// could not be written (a full disk) is tried again, with backoff up to
+// retryMax, until it is written or a newer set arrives.
 func (i *Installer) Run(ctx context.Context, in <-chan Set) {
+	var (
+		retry   *Set
+		backoff time.Duration
+		timer   = time.NewTimer(time.Hour)
+	)
+	timer.Stop()
+	defer timer.Stop()
 	for {
+		var set Set
 		select {
 		case <-ctx.Done():
 			return
-		case set := <-in:
-			_ = i.Install(ctx, set)
+		case set = <-in:
+			backoff = 0
+		case <-timer.C:
+			set = *retry
+		}
+		retry = nil
+		var we *WriteError
+		if err := i.Install(ctx, set); errors.As(err, &we) {
+			backoff = min(max(2*backoff, retryMin), retryMax)
+			retry = &set
+			timer.Reset(backoff)
+		} else {
+			timer.Stop()
 		}
 	}
 }
+
+// The backoff of Run's retries.
+var (
+	retryMin = time.Second
+	retryMax = time.Minute
+)
 
 func firstLine(s string) string {
 	s = strings.TrimSpace(s)

@@ -8,8 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
 func TestARuntimeFailureFallsBackToAReloadWithTheFilesWritten(t *testing.T) {
@@ -160,4 +163,58 @@ func TestNoPrivateKeyInErrorsOrLogs(t *testing.T) {
 			t.Errorf("the %s carry the bundle:\n%s", what, s)
 		}
 	}
+}
+
+// Files that cannot be written leave everything as it was; Run tries the
+// same set again until it is written.
+func TestRunRetriesASetItCouldNotWrite(t *testing.T) {
+	retryMin = 10 * time.Millisecond
+	defer func() { retryMin = time.Second }()
+	ca := newCA(t)
+	c, err := Check(ca.bundle(t, "a.example"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(t.TempDir(), "certs")
+	p := filepath.Join(state, "live", "a.pem")
+	list := filepath.Join(state, "crt-list")
+	tr := &transcript{answers: map[string]string{
+		"new ssl cert":      "New empty certificate store '" + p + "'!\n",
+		"set ssl cert":      "Transaction created for certificate " + p + "!\n",
+		"commit ssl cert":   "Committing " + p + "\nSuccess!\n",
+		"show ssl crt-list": "# " + list + "\n" + filepath.Join(state, "default.pem") + "\n",
+		"add ssl crt-list":  "Inserting certificate '" + p + "' in crt-list '" + list + "'.\nSuccess!\n",
+		"show ssl cert":     "Filename: " + p + "\nStatus: Used\nSerial: " + strings.ToUpper(c.Serial.Text(16)) + "\n",
+	}}
+	var mu sync.Mutex
+	cli := cliFunc(func(ctx context.Context, cmd string) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return tr.Do(ctx, cmd)
+	})
+	inst, err := NewInstaller(InstallerOptions{Dir: state, CLI: cli, Reload: func(r string) { t.Errorf("reload: %s", r) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A file where the directory of the certificates goes.
+	if err := os.WriteFile(filepath.Join(state, "live"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan Set)
+	done := make(chan struct{})
+	go func() { defer close(done); inst.Run(ctx, ch) }()
+	defer func() { cancel(); <-done }()
+	ch <- Set{Certs: map[string]*Entry{"a": {Name: "a", Source: SourceDir, Cert: c}}}
+	sentCount := func() int { mu.Lock(); defer mu.Unlock(); return len(tr.sent) }
+	if sentCount() != 0 {
+		t.Fatal("runtime commands sent for files that were not written")
+	}
+	if err := os.Remove(filepath.Join(state, "live")); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, "the set is written and installed", func() bool {
+		_, err := os.Stat(p)
+		return err == nil && sentCount() > 0
+	})
 }
