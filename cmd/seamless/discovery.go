@@ -75,8 +75,8 @@ func newRawSources(cfg *config.Config, log *slog.Logger) ([]model.Source, error)
 
 // rendererFactory returns what builds the renderer: the user's template,
 // parsed again at every call (SIGHUP) and recorded in cur, or the built-in
-// one.
-func rendererFactory(cfg *config.Config, reg prometheus.Registerer, log *slog.Logger, cur *currentTemplate) func() (model.Renderer, error) {
+// one, whose HTTPS frontend binds with crtList ("": no HTTPS frontend).
+func rendererFactory(cfg *config.Config, crtList string, reg prometheus.Registerer, log *slog.Logger, cur *currentTemplate) func() (model.Renderer, error) {
 	health := model.ParseHealth(cfg.ConsulHealth)
 	table := routes.NewSlotTable() // outlives the renderers SIGHUP makes
 	refusals := routes.NewRefusals()
@@ -95,10 +95,14 @@ func rendererFactory(cfg *config.Config, reg prometheus.Registerer, log *slog.Lo
 			return t, nil
 		}
 	}
+	httpsBind := ""
+	if crtList != "" {
+		httpsBind = cfg.HTTPSBind
+	}
 	return func() (model.Renderer, error) {
 		return routes.New(routes.Options{HTTPBind: cfg.HTTPBind, StatsBind: cfg.StatsBind, StatusAddr: cfg.StatusAddr, Health: health,
 			Slots: cfg.ServerSlots, DrainTimeout: cfg.DrainTimeout, StateFile: serverStateFile(cfg), Table: table,
-			Sources: cfg.SourceList(), Refusals: refusals}, log)
+			Sources: cfg.SourceList(), Refusals: refusals, HTTPSBind: httpsBind, CrtList: crtList}, log)
 	}
 }
 
@@ -143,7 +147,7 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 	cur := &currentTemplate{}
 	opts := apply.Options{
 		Sources:      sources,
-		NewRenderer:  rendererFactory(cfg, m.Registry, log, cur),
+		NewRenderer:  rendererFactory(cfg, crtList(cfg, cfg.StateDir), m.Registry, log, cur),
 		Path:         cl.ConfigFiles[0],
 		StateDir:     cfg.StateDir,
 		Wait:         cfg.Wait,
@@ -261,10 +265,20 @@ func render(ctx context.Context, cfg *config.Config, bin string, args []string, 
 			os.RemoveAll(dir)
 		}
 	}()
+	// A check needs the certificates the configuration names: made in
+	// dir, never in a running seamless's state directory.
+	certsAt := cfg.StateDir
+	if validate && httpsEnabled(cfg) {
+		if _, err := prepareCerts(cfg, dir, nil, nil, nil, log); err != nil {
+			fmt.Fprintf(stderr, "seamless check: %v\n", err)
+			return exitUsage
+		}
+		certsAt = dir
+	}
 	cur := &currentTemplate{}
 	// The saved snapshots of a running seamless are read, never written.
 	a, err := apply.New(apply.Options{
-		Sources: sources, NewRenderer: rendererFactory(cfg, nil, log, cur),
+		Sources: sources, NewRenderer: rendererFactory(cfg, crtList(cfg, certsAt), nil, log, cur),
 		Path: filepath.Join(dir, renderedName), StateDir: cfg.StateDir, ReadOnly: true,
 		StartTimeout: cfg.DiscoveryTimeout,
 		Validate:     func(context.Context, string) error { return nil },

@@ -26,7 +26,12 @@ import (
 
 var seamlessBin string
 
-func TestMain(m *testing.M) { testenv.RunWithSeamless(m, ".", &seamlessBin) }
+func TestMain(m *testing.M) {
+	// The HTTPS frontend's default :443 would be shared by every test:
+	// the tests that serve HTTPS bind a free port of their own.
+	os.Setenv("SEAMLESS_HTTPS_BIND", "")
+	testenv.RunWithSeamless(m, ".", &seamlessBin)
+}
 
 // backend is an HTTP server in the test process: "/" answers at once,
 // "/slow?ms=N" after N milliseconds and reports on started when it begins.

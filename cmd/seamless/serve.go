@@ -92,6 +92,17 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 	var rl *reload.Reloader
 	var checker *haproxy.Validator
 	var disc *discovery
+	var hc *httpsCerts
+	if httpsEnabled(cfg) {
+		// Before the first configuration, which names the certificates.
+		hc, err = prepareCerts(cfg, cfg.StateDir, haproxy.NewMasterCLI(cl.MasterSocket),
+			func(reason string) { disc.applier.Reload(reason) }, m.Registry, log)
+		if err != nil {
+			log.Error("HTTPS cannot start", "err", err)
+			return exitUsage
+		}
+		defer hc.close()
+	}
 	if cfg.Discovery() {
 		// Until the reloader's validator (with the defaults and the
 		// speed-up) exists, the first file is checked as it is.
@@ -146,6 +157,9 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 		opts.OnReload = disc.applier.Reload
 		ready = disc.applier.Ready
 		disc.run()
+		if hc != nil {
+			hc.run()
+		}
 	}
 	opts.Output = os.Stderr
 	if cfg.LogFormat == "json" {

@@ -44,6 +44,9 @@ type Config struct {
 	DiscoveryTimeout time.Duration `envconfig:"DISCOVERY_TIMEOUT" min:"100ms" max:"10m" default:"10s" desc:"At start, how long to wait for every source's first answer before starting HAProxy with what is known (a source's saved snapshot, else nothing of it). Discovery goes on in the background."`
 	HTTPBind         string        `envconfig:"HTTP_BIND" default:":80" desc:"Built-in template: the HTTP frontend's bind address (host:port or :port), routing by seamless.http.host and seamless.http.path tags."`
 	StatsBind        string        `envconfig:"STATS_BIND" default:":8404" desc:"Built-in template: HAProxy's stats page (/haproxy?stats) and Prometheus exporter (/metrics). Empty disables it."`
+	HTTPSBind        string        `envconfig:"HTTPS_BIND" default:":443" desc:"Built-in template: the HTTPS frontend's bind address, routing exactly like the HTTP one, with HTTP/2 (ALPN) and Mozilla's intermediate TLS settings. Certificates come from SEAMLESS_CERTS_DIR, picked by SNI; a self-signed default certificate (made at first start, kept in SEAMLESS_STATE_DIR) answers other names. Empty disables it."`
+	CertsDir         string        `envconfig:"CERTS_DIR" desc:"Built-in template: directory of certificates for the HTTPS frontend, watched: NAME.pem (certificate, chain and key in one file) or NAME.crt with NAME.key. Each is checked (key, chain order, dates, DNS names) and installed over HAProxy's runtime API without a reload; a bad one is refused with a log line naming it. Empty: the default certificate only."`
+	CertsRescan      time.Duration `envconfig:"CERTS_RESCAN" min:"1s" max:"24h" default:"30s" desc:"Period of a full re-read of SEAMLESS_CERTS_DIR, in case a change notification was missed."`
 	ServicesDir      string        `envconfig:"SERVICES_DIR" default:"/etc/seamless/services" desc:"Source 'file': directory of service files, one YAML or JSON file per service, watched for changes."`
 	ServicesRescan   time.Duration `envconfig:"SERVICES_RESCAN" min:"1s" max:"24h" default:"30s" desc:"Source 'file': period of a full re-read of SEAMLESS_SERVICES_DIR, in case a change notification was missed."`
 	ConsulHealth     string        `envconfig:"CONSUL_HEALTH" default:"passing" desc:"Instances that receive traffic, by health: passing, passing,warning, or any. Also the default filter of the template function 'service'."`
@@ -174,6 +177,9 @@ func (c *Config) validate() error {
 	}
 	if !filepath.IsAbs(c.StateDir) {
 		bad("STATE_DIR", "%q is not an absolute path", c.StateDir)
+	}
+	if c.CertsDir != "" && !filepath.IsAbs(c.CertsDir) {
+		bad("CERTS_DIR", "%q is not an absolute path", c.CertsDir)
 	}
 	for _, st := range strings.Split(c.ConsulHealth, ",") {
 		switch strings.TrimSpace(st) {

@@ -37,6 +37,9 @@ type Service struct {
 	// service has no route of that kind. They depend only on the name.
 	HTTPBackend string
 	TCPBackend  string
+	// Redirect: an instance asked for seamless.http.tls=redirect; the
+	// HTTP backend then sends plain HTTP requests to HTTPS.
+	Redirect bool
 	// Servers are the instances that pass the health filter, by name.
 	// Both backends of a service hold the same servers.
 	Servers []Server
@@ -165,6 +168,8 @@ type candidate struct {
 	rules   []Rule // Host and Path only
 	ports   []int
 	servers []Server
+	// redirect: an instance of the service asked for HTTPS only.
+	redirect bool
 	// The registration of the service's earliest instance: its source's
 	// precedence (rank, then source for sources not in Policy.Sources)
 	// and model.Instance.Registered (0, unknown, as the largest).
@@ -250,6 +255,7 @@ func buildService(insts []model.Instance, p Policy, sk *skips) (candidate, bool)
 				}
 			}
 		}
+		c.redirect = c.redirect || t.Redirect
 		for _, port := range t.Ports {
 			if !slices.Contains(c.ports, port) {
 				c.ports = append(c.ports, port)
@@ -386,6 +392,7 @@ func assemble(cands []candidate, reserved map[int]string, sk *skips) Routes {
 			}
 			ruleOwner[k] = i
 			svc.HTTPBackend = "http-" + idents[i]
+			svc.Redirect = c.redirect
 			r.Backend = svc.HTTPBackend
 			rt.Rules = append(rt.Rules, r)
 		}

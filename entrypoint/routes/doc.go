@@ -22,6 +22,14 @@
 //	seamless.tcp.port=<port>    a TCP frontend on this port (on the host of
 //	                            SEAMLESS_HTTP_BIND), forwarding to the
 //	                            instances; may repeat.
+//	seamless.http.tls=redirect  plain HTTP requests for the service get a 308
+//	                            to https:// (method and body kept), when the
+//	                            HTTPS frontend is on (SEAMLESS_HTTPS_BIND);
+//	                            any instance of the service asking is enough.
+//
+// The HTTPS frontend, when on, routes exactly like the HTTP one (the rules
+// are one template define used by both), with the certificates of a
+// crt-list that the certs package keeps.
 //
 // A service's routes are the union of its instances' tags, whatever their
 // health; its servers are the instances that pass the health filter

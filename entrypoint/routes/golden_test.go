@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/seamless-lb/seamless/entrypoint/certs"
 	"github.com/seamless-lb/seamless/entrypoint/model"
 )
 
@@ -16,6 +18,10 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 // Golden configurations bind fixed high ports on 127.0.0.1, so that
 // `haproxy -c` checks real addresses and the files do not change.
 var goldenOpts = Options{HTTPBind: "127.0.0.1:18080", StatsBind: "127.0.0.1:18404"}
+
+// goldenCrtList is the crt-list of the HTTPS golden: TestGoldenHAProxy
+// writes it with a self-signed certificate.
+const goldenCrtList = "/tmp/seamless-routes-golden/crt-list"
 
 func healthCatalog() model.State {
 	tags := []string{"seamless.http.host=shop.example"}
@@ -87,6 +93,16 @@ var goldens = []struct {
 		// Resolution at start fails: the server starts disabled.
 		inst("gone", "gone-1", "nothing.invalid", 8080, "seamless.http.host=gone.example"),
 	)},
+	{name: "https", opts: Options{HTTPBind: "127.0.0.1:18080", HTTPSBind: "127.0.0.1:18443", CrtList: goldenCrtList,
+		StatsBind: "127.0.0.1:18404"}, st: catalog(
+		// Both frontends route alike; shop's plain HTTP requests are redirected.
+		inst("shop", "shop-1", "10.0.0.1", 8080, "seamless.http.host=shop.example", "seamless.http.tls=redirect"),
+		inst("shop", "shop-2", "10.0.0.2", 8080, "seamless.http.host=shop.example"),
+		inst("api", "api-1", "10.0.0.3", 8080, "seamless.http.host=shop.example", "seamless.http.path=/api"),
+		// Refused: an unknown value, and the HTTPS port.
+		inst("bad", "bad-1", "10.0.0.4", 8080, "seamless.http.host=bad.example", "seamless.http.tls=yes"),
+		inst("pg", "pg-1", "10.0.0.5", 5432, "seamless.tcp.port=18443"),
+	)},
 	{name: "stats-off", opts: Options{HTTPBind: "127.0.0.1:18080"}, st: catalog(
 		inst("web", "web-1", "10.0.0.1", 8080, "seamless.http.path=/"),
 		inst("web", "web-2", "10.0.0.2", 8080, "seamless.tcp.port=18404"),
@@ -114,6 +130,12 @@ func TestGolden(t *testing.T) {
 
 // TestGoldenHAProxy runs `haproxy -c` on every golden configuration.
 func TestGoldenHAProxy(t *testing.T) {
+	if _, _, err := certs.EnsureDefault(filepath.Join(filepath.Dir(goldenCrtList), "default.pem"), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(goldenCrtList, []byte(filepath.Join(filepath.Dir(goldenCrtList), "default.pem")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, g := range goldens {
 		t.Run(g.name, func(t *testing.T) {
 			cfg, err := os.ReadFile(filepath.Join("testdata", g.name+".cfg"))

@@ -110,6 +110,7 @@ var (
 	tok     = `[A-Za-z0-9._-]+`
 	dynamic = []*regexp.Regexp{
 		regexp.MustCompile(`^    bind (?:[0-9.]+|\[[0-9a-f:]+\])?:[0-9]{1,5}$`),
+		regexp.MustCompile(`^    bind (?:[0-9.]+|\[[0-9a-f:]+\])?:[0-9]{1,5} ssl crt-list /[A-Za-z0-9._/-]+ alpn h2,http/1\.1$`),
 		regexp.MustCompile(`^    use_backend ` + tok + ` if(?: \{ var\(txn\.host\) -m (?:str|end) [a-z0-9.-]+ \})?(?: \{ var\(txn\.path\) -m beg /[A-Za-z0-9._~/:@+,;=-]*/ \})?$`),
 		regexp.MustCompile(`^    default_backend ` + tok + `$`),
 		regexp.MustCompile(`^frontend tcp-[0-9]{1,5}$`),

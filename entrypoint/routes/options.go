@@ -15,6 +15,7 @@ import (
 const (
 	DefaultHTTPBind  = ":80"
 	DefaultStatsBind = ":8404"
+	DefaultHTTPSBind = ":443"
 )
 
 // Options configure the default configuration. The names in the comments
@@ -24,6 +25,14 @@ type Options struct {
 	// host:port or a port; an empty host (":80") means every IPv4 address,
 	// "[::]:80" every address. TCP frontends listen on the same host.
 	HTTPBind string
+	// HTTPSBind is where the HTTPS frontend listens (SEAMLESS_HTTPS_BIND),
+	// in HTTPBind's forms; "" means no HTTPS frontend. It routes exactly
+	// like the HTTP one, with the certificates of CrtList.
+	HTTPSBind string
+	// CrtList is the crt-list file of the HTTPS frontend (certs.Installer
+	// writes it; its first line is the default certificate). Required
+	// with HTTPSBind.
+	CrtList string
 	// StatsBind is where the stats page (/haproxy?stats) and the
 	// Prometheus exporter (/metrics) listen (SEAMLESS_STATS_BIND); ""
 	// disables them.
@@ -69,6 +78,9 @@ func DefaultOptions() Options {
 type bind struct {
 	host string // "" (every IPv4 address) or an IP address
 	port int
+	// tls is set on the HTTP frontend's bind only: the HTTPS frontend
+	// that routes like it, nil without one (see https.go).
+	tls *httpsFrontend
 }
 
 // String is the address as a bind line takes it.
@@ -127,6 +139,10 @@ func (o Options) validate() (httpB, statsB bind, err error) {
 		} else if statsB.port == httpB.port {
 			errs = append(errs, fmt.Errorf("SEAMLESS_STATS_BIND: port %d is SEAMLESS_HTTP_BIND's too", statsB.port))
 		}
+	}
+	if o.HTTPSBind != "" {
+		httpB.tls, err = o.httpsFrontend(httpB.port, statsB.port)
+		errs = append(errs, err)
 	}
 	for _, h := range o.Health {
 		if !slices.Contains(healthStates, h) {

@@ -50,6 +50,7 @@ func New(opts Options, log *slog.Logger) (*Renderer, error) {
 		return nil, err
 	}
 	reserved := map[int]string{httpB.port: "SEAMLESS_HTTP_BIND"}
+	httpB.reserve(reserved) // HTTPS (https.go)
 	if statsB.port != 0 {
 		reserved[statsB.port] = "SEAMLESS_STATS_BIND"
 	}
@@ -176,6 +177,7 @@ type view struct {
 	Default   string
 	Listeners []viewListener
 	Backends  []viewBackend
+	HTTPS     viewHTTPS // https.go
 }
 
 type viewRule struct {
@@ -250,6 +252,7 @@ func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
 		}
 		v.Rules = append(v.Rules, vr)
 	}
+	errs = append(errs, v.setHTTPS(r.http, rt))
 	for _, l := range rt.Listeners {
 		vl := viewListener{Name: fmt.Sprintf("tcp-%d", l.Port), Bind: r.http.hostPort(l.Port), Backend: l.Backend}
 		errs = append(errs, check("bind", bindRe, vl.Bind), check("backend", identRe, vl.Backend))

@@ -17,6 +17,9 @@ const (
 	TagHTTPHost = "seamless.http.host"
 	TagHTTPPath = "seamless.http.path"
 	TagTCPPort  = "seamless.tcp.port"
+	// TagHTTPTLS=redirect sends the service's plain HTTP requests to
+	// HTTPS (308, which keeps the method and body).
+	TagHTTPTLS = "seamless.http.tls"
 
 	tagPrefix = "seamless."
 )
@@ -34,6 +37,8 @@ type Tags struct {
 	Hosts []string // "example.com", "*.example.com" or an IPv4 address
 	Paths []string // "/" or a prefix such as "/api"
 	Ports []int    // TCP ports, 1–65535
+	// Redirect: seamless.http.tls=redirect, HTTP requests go to HTTPS.
+	Redirect bool
 }
 
 // Empty reports whether the tags ask for nothing.
@@ -52,10 +57,10 @@ func ParseTags(tags []string) (t Tags, problems []string) {
 		}
 		key, val, hasVal := strings.Cut(tag, "=")
 		switch key {
-		case TagHTTPHost, TagHTTPPath, TagTCPPort:
+		case TagHTTPHost, TagHTTPPath, TagTCPPort, TagHTTPTLS:
 		default:
-			problems = append(problems, fmt.Sprintf("unknown tag %s (known: %s, %s, %s)",
-				quote(key), TagHTTPHost, TagHTTPPath, TagTCPPort))
+			problems = append(problems, fmt.Sprintf("unknown tag %s (known: %s, %s, %s, %s)",
+				quote(key), TagHTTPHost, TagHTTPPath, TagTCPPort, TagHTTPTLS))
 			continue
 		}
 		if !hasVal {
@@ -78,6 +83,12 @@ func ParseTags(tags []string) (t Tags, problems []string) {
 			var p int
 			if p, err = ParsePort(val); err == nil && !slices.Contains(t.Ports, p) {
 				t.Ports = append(t.Ports, p)
+			}
+		case TagHTTPTLS:
+			if val == "redirect" {
+				t.Redirect = true
+			} else {
+				err = fmt.Errorf(`the only value is "redirect" (send HTTP requests to HTTPS)`)
 			}
 		}
 		if err != nil {
