@@ -87,12 +87,23 @@ type splitCatalog struct {
 	dirty           bool // a part changed since the last assembly
 	last            *model.Catalog
 	warnedACL       atomic.Bool
+
+	// restarted is cancelled (and replaced) when a sub-watch saw the index
+	// go backwards: Consul restarted with less data. Every other
+	// sub-watch then reads afresh rather than wait on an index the new
+	// Consul will not reach for a long time (the Go transport re-sends a
+	// GET whose connection closed, so a query may reach the new Consul
+	// without ever failing).
+	restartMu     sync.Mutex
+	restarted     context.Context
+	restartCancel context.CancelFunc
 }
 
 func newSplitCatalog(ctx context.Context, s *Source, dc string, budget int) *splitCatalog {
 	c := &splitCatalog{s: s, dc: dc, budget: budget, events: make(chan event, 64),
 		health: map[string]*sub{}, parts: map[string][]model.Instance{}, failing: map[*sub]bool{}}
 	c.ctx, c.cancel = context.WithCancel(ctx)
+	c.restarted, c.restartCancel = context.WithCancel(c.ctx)
 	c.services = c.start(partServices, "")
 	c.nodes = c.start(partNodes, "")
 	return c
@@ -102,6 +113,21 @@ func newSplitCatalog(ctx context.Context, s *Source, dc string, budget int) *spl
 func (c *splitCatalog) stop() {
 	c.cancel() // every send also selects on the context
 	c.wg.Wait()
+}
+
+// restart tells every sub-watch to read afresh: it cuts short the
+// blocking queries in flight, and the others read afresh next time.
+func (c *splitCatalog) restart() {
+	c.restartMu.Lock()
+	defer c.restartMu.Unlock()
+	c.restartCancel()
+	c.restarted, c.restartCancel = context.WithCancel(c.ctx)
+}
+
+func (c *splitCatalog) restartCtx() context.Context {
+	c.restartMu.Lock()
+	defer c.restartMu.Unlock()
+	return c.restarted
 }
 
 func (c *splitCatalog) start(kind partKind, name string) *sub {
@@ -253,10 +279,26 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 	)
 	bo := newBackoff()
 	failed := false
+	var epoch context.Context // the restart context of the last request
 	for {
-		ev, index, err := c.read(ctx, sb, cur.wait())
+		if epoch != nil && epoch.Err() != nil {
+			cur.failed() // another sub-watch saw Consul restart
+		}
+		epoch = c.restartCtx()
+		rctx, cancel := context.WithCancel(ctx)
+		stop := func() bool { return false }
+		if cur.wait() > 0 { // a fresh read answers at once anyway
+			stop = context.AfterFunc(epoch, cancel)
+		}
+		ev, index, err := c.read(rctx, sb, cur.wait())
+		stop()
+		cancel()
 		if ctx.Err() != nil {
 			return
+		}
+		if err != nil && epoch.Err() != nil {
+			cur.failed()
+			continue // cut short by a restart: read afresh at once
 		}
 		if err != nil {
 			cur.failed()
@@ -270,6 +312,10 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 		var log *Source // per-service queries would log the same restart a thousand times
 		if sb.kind != partHealth {
 			log = c.s
+		}
+		if cur.seen != 0 && index < cur.seen {
+			c.restart()
+			epoch = nil
 		}
 		moved := cur.answered(index, log, c.what(sb))
 		if moved || !have {
