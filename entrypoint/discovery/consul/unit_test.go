@@ -345,3 +345,56 @@ func TestRetriesBackOffExponentiallyAndResetOnSuccess(t *testing.T) {
 		}
 	})
 }
+
+// When one query sees Consul's index go backwards (a restarted Consul),
+// the others, still blocked on the old index where the new Consul would
+// hold them for the whole wait, are cut short and read afresh.
+func TestARestartSeenByOneQueryRestartsTheOthers(t *testing.T) {
+	var (
+		mu       sync.Mutex
+		services []string // the index each services request waited on
+		health   int
+	)
+	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		idx := r.URL.Query().Get("index")
+		switch r.URL.Path {
+		case "/v1/catalog/services":
+			mu.Lock()
+			services = append(services, idx)
+			mu.Unlock()
+			if idx == "100" {
+				<-r.Context().Done() // the new Consul will not reach 100 for a long time
+				return
+			}
+			w.Header().Set("X-Consul-Index", "100")
+			fmt.Fprint(w, `{"s": []}`)
+		case "/v1/health/service/s":
+			mu.Lock()
+			health++
+			n := health
+			mu.Unlock()
+			switch n {
+			case 1:
+				w.Header().Set("X-Consul-Index", "100")
+				fmt.Fprint(w, healthOf("a"))
+			case 2:
+				w.Header().Set("X-Consul-Index", "5") // restarted, with less data
+				fmt.Fprint(w, healthOf("b"))
+			default:
+				<-r.Context().Done()
+			}
+		default:
+			stubCatalog(w, r)
+		}
+	})
+	r := startSource(t, addr, Config{}, model.LocalCatalog)
+	r.waitFor("s on node b", func(s model.Snapshot) bool {
+		in := instances(s, "s")
+		return len(in) == 1 && in[0].Node == "b"
+	})
+	testenv.Eventually(t, promptly, "the service list read afresh", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Equal(services, []string{"", "100", ""})
+	})
+}
