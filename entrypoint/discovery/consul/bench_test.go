@@ -18,7 +18,8 @@ import (
 )
 
 // TestBenchChangeCost measures what a change to one instance's check costs
-// in catalogs of SEAMLESS_BENCH_SERVICES (default 20,100,1000) services:
+// in catalogs of SEAMLESS_BENCH_SERVICES (default 20,100,1000) services of
+// SEAMLESS_BENCH_INSTANCES (default 10, at most 10) instances each:
 // requests and bytes received per change, and the time from the Consul
 // write returning to the source's snapshot carrying it (p50 of 20). It
 // runs only with SEAMLESS_BENCH=1, on an agent whose connection limit is
@@ -30,23 +31,27 @@ func TestBenchChangeCost(t *testing.T) {
 		t.Skip("a measurement: SEAMLESS_BENCH=1 runs it")
 	}
 	sizes := cmpOr(os.Getenv("SEAMLESS_BENCH_SERVICES"), "20,100,1000")
+	k, err := strconv.Atoi(cmpOr(os.Getenv("SEAMLESS_BENCH_INSTANCES"), "10"))
+	if err != nil || k < 1 || k > 10 {
+		t.Fatalf("SEAMLESS_BENCH_INSTANCES: want 1 to 10")
+	}
 	for _, f := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(f)
 		if err != nil {
 			t.Fatalf("SEAMLESS_BENCH_SERVICES: %v", err)
 		}
-		t.Run(fmt.Sprintf("%d services", n), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%d services × %d", n, k), func(t *testing.T) {
 			addr := benchConsul(t)
 			c := benchClient(t, addr)
-			populate(t, c, n)
+			populateK(t, c, n, k)
 			r := startSource(t, addr, Config{Watches: n + 16}, model.LocalCatalog)
 			r.waitFor("every service", func(s model.Snapshot) bool {
-				return s.Local() != nil && len(s.Local().Instances) == n+1
+				return s.Local() != nil && len(s.Local().Instances) == n*k+1
 			})
 			r.steady(watching(n + 1))
 			i := n / 2
 			setCheck(t, c, i, api.HealthWarning) // the first change moves the query onto the streaming view
-			r.waitFor("the first change", hasStatus(i, api.HealthWarning))
+			r.waitFor("the first change", statusOn(i, api.HealthWarning))
 			r.steady(watching(n + 1))
 			reqs, bytes := r.src.Requests(), r.src.received.Load()
 			const changes = 20
@@ -55,7 +60,7 @@ func TestBenchChangeCost(t *testing.T) {
 				status := []string{api.HealthCritical, api.HealthPassing}[k%2]
 				setCheck(t, c, i, status)
 				start := time.Now()
-				for seen := hasStatus(i, status); ; time.Sleep(200 * time.Microsecond) { // measuring, not synchronising
+				for seen := statusOn(i, status); ; time.Sleep(200 * time.Microsecond) { // measuring, not synchronising
 					if s, m := r.last(); m > 0 && seen(s) {
 						break
 					}
@@ -70,10 +75,53 @@ func TestBenchChangeCost(t *testing.T) {
 				time.Sleep(minInterval)
 			}
 			slices.Sort(took)
-			t.Logf("%d services: %.1f requests, %.0f bytes per check change; write → snapshot p50 %s, max %s",
-				n, float64(r.src.Requests()-reqs)/changes, float64(r.src.received.Load()-bytes)/changes,
+			t.Logf("%d services × %d: %.1f requests, %.0f bytes per check change; write → snapshot p50 %s, max %s",
+				n, k, float64(r.src.Requests()-reqs)/changes, float64(r.src.received.Load()-bytes)/changes,
 				took[len(took)/2].Round(10*time.Microsecond), took[len(took)-1].Round(10*time.Microsecond))
 		})
+	}
+}
+
+// populateK registers n services of k instances each, instance j of
+// svc-i on node-(i+j)%10, each with a passing check svc-i-http; setCheck
+// changes the one on node-i%10.
+func populateK(t testing.TB, c *api.Client, n, k int) {
+	t.Helper()
+	var ops api.TxnOps
+	for i := range 10 {
+		ops = append(ops, &api.TxnOp{Node: &api.NodeTxnOp{Verb: api.NodeSet,
+			Node: api.Node{Node: fmt.Sprintf("node-%d", i), Address: fmt.Sprintf("10.0.0.%d", i+1)}}})
+	}
+	for i := range n {
+		name := fmt.Sprintf("svc-%d", i)
+		for j := range k {
+			node := fmt.Sprintf("node-%d", (i+j)%10)
+			ops = append(ops,
+				&api.TxnOp{Service: &api.ServiceTxnOp{Verb: api.ServiceSet, Node: node,
+					Service: api.AgentService{ID: name, Service: name, Port: 8000 + i}}},
+				&api.TxnOp{Check: &api.CheckTxnOp{Verb: api.CheckSet, Check: api.HealthCheck{Node: node,
+					CheckID: name + "-http", Name: name + "-http", Status: api.HealthPassing, ServiceID: name}}})
+		}
+	}
+	for len(ops) > 0 {
+		chunk := ops[:min(len(ops), 64)] // Consul's limit of operations per transaction
+		ops = ops[len(chunk):]
+		ok, resp, _, err := c.Txn().Txn(chunk, nil)
+		if err != nil || !ok {
+			t.Fatalf("registering services: %v %+v", err, resp)
+		}
+	}
+}
+
+// statusOn: the instance of svc-i on node-i%10 has status.
+func statusOn(i int, status string) func(model.Snapshot) bool {
+	return func(s model.Snapshot) bool {
+		for _, in := range instances(s, fmt.Sprintf("svc-%d", i)) {
+			if in.Node == fmt.Sprintf("node-%d", i%10) {
+				return in.Status == status
+			}
+		}
+		return false
 	}
 }
 
