@@ -96,16 +96,18 @@ func TestPerServiceCatalogIsTheNodeDump(t *testing.T) {
 func TestTheBudgetSwitchesToTheNodeDumpAndBack(t *testing.T) {
 	agent := testenv.Consul(t)
 	c := agent.Client()
-	reg := func(i int) {
-		register(t, c, "n1", "10.0.0.1", &api.AgentService{ID: fmt.Sprintf("s-%d", i), Service: fmt.Sprintf("s-%d", i), Port: 1000 + i})
-	}
-	reg(0)
+	register(t, c, "n1", "10.0.0.1", &api.AgentService{ID: "s-0", Service: "s-0", Port: 1000})
 	r := startSource(t, agent.Addr(), Config{Watches: 5}, model.LocalCatalog)
 	r.waitFor("s-0", func(s model.Snapshot) bool { return len(instances(s, "s-0")) == 1 })
 	r.steady(watching(2)) // s-0 and consul: 4 of 5
 
+	var ops api.TxnOps // at once, so that the warning sees all of them
 	for i := 1; i < 8; i++ {
-		reg(i)
+		ops = append(ops, &api.TxnOp{Service: &api.ServiceTxnOp{Verb: api.ServiceSet, Node: "n1",
+			Service: api.AgentService{ID: fmt.Sprintf("s-%d", i), Service: fmt.Sprintf("s-%d", i), Port: 1000 + i}}})
+	}
+	if ok, resp, _, err := c.Txn().Txn(ops, nil); err != nil || !ok {
+		t.Fatalf("registering seven services: %v %+v", err, resp)
 	}
 	r.waitFor("eight services", func(s model.Snapshot) bool { return len(instances(s, "s-7")) == 1 })
 	r.steady(1) // the node dump alone
