@@ -16,6 +16,9 @@ func TestDefaults(t *testing.T) {
 	if c.RunDir != "/var/run/seamless" || c.StopGrace != 8*time.Second || c.StatusAddr != ":8405" {
 		t.Errorf("defaults: %+v", c)
 	}
+	if c.ConsulWatches != 128 {
+		t.Errorf("SEAMLESS_CONSUL_WATCHES defaults to %d, want 128: room under a Consul agent's default of 200 connections per client", c.ConsulWatches)
+	}
 	if c.StopGrace >= 10*time.Second {
 		t.Error("the default drain must end before Docker's 10s stop timeout")
 	}
@@ -31,6 +34,7 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		{"SEAMLESS_LOG_FORMAT", "xml", "SEAMLESS_LOG_FORMAT"},
 		{"SEAMLESS_LOG_LEVEL", "loud", "SEAMLESS_LOG_LEVEL"},
 		{"SEAMLESS_RELOAD_TIMEOUT", "0s", "SEAMLESS_RELOAD_TIMEOUT"},
+		{"SEAMLESS_CONSUL_WATCHES", "2", "SEAMLESS_CONSUL_WATCHES"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key+"="+tt.value, func(t *testing.T) {

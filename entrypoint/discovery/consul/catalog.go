@@ -71,11 +71,16 @@ type healthCheck struct {
 	ServiceName string
 }
 
-// catalogFetcher watches the whole catalog of a datacenter with one
-// blocking query on the node dump.
+// catalogFetcher watches the whole catalog of a datacenter: per service
+// (splitCatalog) while the services fit the budget of blocking queries,
+// else with one blocking query on the node dump.
 type catalogFetcher struct {
 	s      *Source
 	dc     string // "" = the agent's
+	budget int
+	split  *splitCatalog // the per-service watches; nil while the dump serves
+	dump   bool          // over the budget: the node dump serves
+
 	dcName string // the datacenter's name, once known
 	cur    cursor
 	last   model.Result
@@ -85,6 +90,70 @@ type catalogFetcher struct {
 }
 
 func (f *catalogFetcher) fetch(ctx context.Context) (model.Result, error) {
+	if f.dump {
+		r, err := f.fetchDump(ctx)
+		if err != nil {
+			return r, err
+		}
+		// Back under the budget, with some room so that one service
+		// coming and going does not flip the mode each time. The dump's
+		// answer serves until the per-service watches have all answered.
+		if n := serviceCount(r.Catalog); n+fixedWatches <= f.budget-max(1, f.budget/8) {
+			f.s.log.Info("the catalog fits the budget of blocking queries again: watching it per service",
+				"datacenter", cmp.Or(f.dc, f.dcName), "services", n, "budget", f.budget)
+			f.dump = false
+		}
+		return r, nil
+	}
+	if f.split == nil {
+		f.split = newSplitCatalog(ctx, f.s, f.dc, f.budget)
+	}
+	cat, err := f.split.fetch(ctx)
+	if over := (*overBudget)(nil); errors.As(err, &over) {
+		f.split.stop()
+		f.split, f.dump = nil, true
+		f.cur, f.have = cursor{}, false // read afresh
+		f.s.log.Warn(fmt.Sprintf("the catalog has %d services to watch, more than the budget of %d blocking queries "+
+			"(one per service plus %d) allows: reading it with one query on the node dump instead, the whole catalog at every change; "+
+			"raise SEAMLESS_CONSUL_WATCHES, and the agent's http_max_conns_per_client (default 200) above it, to watch per service",
+			over.services, f.budget, fixedWatches),
+			"datacenter", cmp.Or(f.dc, f.dcName), "services", over.services, "budget", f.budget)
+		return f.fetchDump(ctx)
+	}
+	if err != nil {
+		return model.Result{}, err
+	}
+	if cat.Datacenter != "" {
+		f.dcName = cat.Datacenter
+	}
+	return model.Result{Catalog: cat}, nil
+}
+
+// paced reports whether the per-service watches serve, which retry on
+// their own.
+func (f *catalogFetcher) paced() bool { return f.split != nil }
+
+// close ends the per-service watches.
+func (f *catalogFetcher) close() {
+	if f.split != nil {
+		f.split.stop()
+		f.split = nil
+	}
+}
+
+// serviceCount is the number of services with an instance in cat.
+func serviceCount(cat *model.Catalog) int {
+	n := 0
+	for i, in := range cat.Instances { // sorted by name
+		if i == 0 || in.Name != cat.Instances[i-1].Name {
+			n++
+		}
+	}
+	return n
+}
+
+// fetchDump reads the catalog with one blocking query on the node dump.
+func (f *catalogFetcher) fetchDump(ctx context.Context) (model.Result, error) {
 	if f.public != nil {
 		return f.public.fetch(ctx)
 	}

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +49,11 @@ type Config struct {
 	// to wait/16) a request may take: its deadline, and past it without an
 	// answer the source is stale. 0 means DefaultMargin; tests shorten it.
 	Margin time.Duration
+	// Watches is the budget of blocking queries (HTTP connections) the
+	// catalog of one datacenter may hold: one per service plus two. A
+	// catalog with more services is read with one query on the node dump.
+	// 0 means DefaultWatches.
+	Watches int
 	// API is the base of the client's configuration; nil means
 	// api.DefaultConfig(), which reads Consul's environment variables.
 	// It is copied, not changed.
@@ -84,6 +88,9 @@ type Source struct {
 	// snapshot waits for every query to be answered or to fail once.
 	tried   map[model.Query]bool
 	failing map[model.Query]bool
+	// version counts the changes to results, so Run sees a change without
+	// comparing catalogs.
+	version uint64
 	status  model.SourceStatus
 	runCtx  context.Context // nil unless Run is running
 	wg      sync.WaitGroup  // the watches Run started
@@ -116,6 +123,13 @@ func New(cfg Config, log *slog.Logger) (*Source, error) {
 		return nil, fmt.Errorf("consul: margin %s is negative", cfg.Margin)
 	case cfg.Margin == 0:
 		cfg.Margin = DefaultMargin
+	}
+
+	switch {
+	case cfg.Watches < 0:
+		return nil, fmt.Errorf("consul: budget of %d watches is negative", cfg.Watches)
+	case cfg.Watches == 0:
+		cfg.Watches = DefaultWatches
 	}
 
 	var ac api.Config
@@ -160,6 +174,19 @@ func New(cfg Config, log *slog.Logger) (*Source, error) {
 	if next == nil {
 		next = http.DefaultTransport
 	}
+	// Every blocking query that returns is issued again at once: with
+	// fewer idle connections kept than queries held (Go's default is 2,
+	// the client's pooled transport GOMAXPROCS+1), each would open a new
+	// TCP connection.
+	if t, ok := next.(*http.Transport); ok {
+		t = t.Clone()
+		keep := cfg.Watches + 16 // and the KV watches
+		t.MaxIdleConnsPerHost = max(t.MaxIdleConnsPerHost, keep)
+		if t.MaxIdleConns != 0 {
+			t.MaxIdleConns = max(t.MaxIdleConns, keep)
+		}
+		next = t
+	}
 	ac.HttpClient.Transport = &countingTransport{next: next, started: &s.started, finished: &s.finished, received: &s.received}
 	return s, nil
 }
@@ -187,6 +214,7 @@ func (s *Source) Want(queries []model.Query) {
 	for q := range s.results {
 		if !want[q] {
 			delete(s.results, q)
+			s.version++
 		}
 	}
 	if s.runCtx != nil {
@@ -243,10 +271,11 @@ func (s *Source) Run(ctx context.Context, out chan<- model.Snapshot) {
 	s.signal()
 
 	var (
-		sent    bool
-		last    model.Snapshot // last sent
-		pending model.Snapshot
-		outc    chan<- model.Snapshot // out while pending waits, else nil
+		sent     bool
+		last     uint64 // the version last sent
+		pending  model.Snapshot
+		pendingV uint64
+		outc     chan<- model.Snapshot // out while pending waits, else nil
 	)
 	tick := time.NewTicker(min(max(s.cfg.Margin/4, 50*time.Millisecond), 5*time.Second))
 	defer tick.Stop()
@@ -257,17 +286,17 @@ func (s *Source) Run(ctx context.Context, out chan<- model.Snapshot) {
 		case <-tick.C:
 			s.checkStale(time.Now())
 		case <-s.changed:
-			snap, ready := s.snapshot(sent)
+			snap, v, ready := s.snapshot(sent)
 			if !ready {
 				continue
 			}
-			if sent && reflect.DeepEqual(snap.Results, last.Results) {
+			if sent && v == last {
 				pending, outc = model.Snapshot{}, nil // back to what out has
 				continue
 			}
-			pending, outc = snap, out
+			pending, pendingV, outc = snap, v, out
 		case outc <- pending:
-			last, sent = pending, true
+			last, sent = pendingV, true
 			pending, outc = model.Snapshot{}, nil
 		}
 	}
@@ -287,15 +316,15 @@ func (s *Source) stop() {
 	s.wg.Wait()
 }
 
-// snapshot copies the current answers. Before the first send it is ready
-// only once every wanted query has been tried.
-func (s *Source) snapshot(sent bool) (model.Snapshot, bool) {
+// snapshot copies the current answers, with their version. Before the
+// first send it is ready only once every wanted query has been tried.
+func (s *Source) snapshot(sent bool) (model.Snapshot, uint64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !sent {
 		for q := range s.want {
 			if !s.tried[q] {
-				return model.Snapshot{}, false
+				return model.Snapshot{}, 0, false
 			}
 		}
 	}
@@ -303,5 +332,5 @@ func (s *Source) snapshot(sent bool) (model.Snapshot, bool) {
 	for q, r := range s.results {
 		res[q] = r
 	}
-	return model.Snapshot{Source: Name, Results: res}, true
+	return model.Snapshot{Source: Name, Results: res}, s.version, true
 }

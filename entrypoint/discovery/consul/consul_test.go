@@ -246,21 +246,21 @@ func TestWantAddsAndRemovesQueries(t *testing.T) {
 	qDCs := model.Query{Kind: model.QueryDatacenters}
 	r := startSource(t, agent.Addr(), Config{}, model.LocalCatalog)
 	r.waitFor("the catalog alone", func(s model.Snapshot) bool { return len(s.Results) == 1 && s.Local() != nil })
-	r.steady(1)
+	r.steady(watching(1)) // the consul service
 
 	r.src.Want([]model.Query{model.LocalCatalog, qKey, qDCs})
 	snap := r.waitFor("catalog, key and datacenters", func(s model.Snapshot) bool { return len(s.Results) == 3 })
 	if dcs := snap.Results[qDCs].Datacenters; !slices.Equal(dcs, []string{"dc1"}) {
 		t.Errorf("datacenters %v", dcs)
 	}
-	r.steady(2) // the datacenter list is polled, not held open
+	r.steady(watching(1) + 1) // the datacenter list is polled, not held open
 
 	r.src.Want([]model.Query{qKey})
 	r.waitFor("the key alone", func(s model.Snapshot) bool {
 		_, ok := s.Results[qKey]
 		return len(s.Results) == 1 && ok
 	})
-	r.steady(1) // the catalog's blocking query was cancelled
+	r.steady(1) // the catalog's blocking queries were cancelled
 
 	r.src.Want(nil)
 	r.waitFor("nothing", func(s model.Snapshot) bool { return len(s.Results) == 0 })
@@ -310,7 +310,7 @@ func TestCancelReturnsDuringABlockingQuery(t *testing.T) {
 	r := startSource(t, agent.Addr(), Config{WaitTime: 10 * time.Minute}, model.LocalCatalog,
 		model.Query{Kind: model.QueryKey, Key: "k"})
 	r.waitFor("both answers", func(s model.Snapshot) bool { return len(s.Results) == 2 })
-	r.steady(2)
+	r.steady(watching(1) + 1)
 
 	start := time.Now()
 	r.cancel()

@@ -5,42 +5,52 @@
 //
 // # The request budget
 //
-// consul-template and Prometheus watch a catalog with one blocking query
-// for the list of services plus one per service: N+1 queries held open for
-// N services, and a change wakes the watchers of everything it touches. Here
-// the whole catalog of a datacenter is one blocking query on
+// A catalog of a datacenter is watched with public endpoints, as Consul
+// recommends for many watchers (and as consul-template does):
+//
+//	GET /v1/catalog/services          which services exist, with their tags
+//	GET /v1/catalog/nodes             the node list (Catalog.Nodes)
+//	GET /v1/health/service/<name>     per service: instances, node and service checks
+//
+// each a blocking query (&index=<i>&wait=<WaitTime>[&stale]). A health
+// query is started when its service appears (with Config.TagFilter, only
+// for services whose tags include it, and the query filters by the tag)
+// and stopped when it is gone. On the local agent a blocking health query
+// is served from the agent's streaming view (Consul 1.10+,
+// use_streaming_backend, on by default); it needs no parameter: the
+// agent takes that path for any request with an index (Consul 1.14
+// agent/rpcclient/health). Each service's answer is converted once per
+// change of that service and cached; the Catalog is put together from the
+// cached parts, so a change to one instance costs one request and one
+// service's bytes (a check change does not move the service list), and a
+// change to a node check wakes the services of that node.
+//
+// Connections: S+2 blocking queries per datacenter for S services, each
+// one HTTP/1.1 connection, kept open and reused (the transport keeps that
+// many idle). An agent allows 200 per client address by default
+// (http_max_conns_per_client), so the catalog holds at most Config.Watches
+// (SEAMLESS_CONSUL_WATCHES, default 128) queries. With more services than
+// that allows, the catalog is read with one blocking query on
 //
 //	GET /v1/internal/ui/nodes?dc=<dc>&index=<i>&wait=<WaitTime>[&stale]
 //
-// which the Consul web UI uses. Its answer is every node with all of its
-// services and health checks (Internal.NodeDump), and it blocks on the
-// catalog's index over the nodes, services and checks tables, so it returns
-// once per change to any of them (Consul 1.14: agent/consul/state
-// NodeDump). So for N services:
+// the node dump Consul's web UI reads: one connection, one request per
+// change anywhere, but each answer is the whole catalog, O(S) bytes. The
+// switch is logged once as a warning naming the count, the budget and the
+// settings to raise; once the services fit again with an eighth of the
+// budget to spare, the catalog is watched per service again, logged at
+// info. Neither switch drops data: the last answer serves until the other
+// mode has answered in full.
 //
-//   - one query is held open per catalog query wanted (normally one: the
-//     local datacenter), independent of N;
-//   - a change anywhere in the catalog costs one request (the query
-//     returns and is issued again); changes that land together cost one;
-//   - the price is bytes: each answer is the whole catalog, O(N), where
-//     per-service watches would fetch only the service that changed. The
-//     servers build it from memory; a burst of changes is coalesced
-//     because a watch issues at most one request per minInterval.
-//
-// The endpoint is internal, so not covered by Consul's API compatibility
-// promise, but it has existed with this shape since Consul's first UI and is
-// served whether or not the agent's UI is enabled. If it answers 404 (a
-// newer Consul, or a proxy that only lets public endpoints through) the
-// watch falls back to public endpoints, logged once as a warning: blocking
-// queries on /v1/catalog/nodes, /v1/catalog/services and
-// /v1/health/state/any (three held open, still independent of N), and on any
-// change a re-list of those three and one /v1/health/service/<name> per
-// service, then the three blocking queries again: N+6 requests per change.
-// Correct, but the budget is lost, which is why it is only the fallback.
-//
-// The datacenter name of the local catalog is not in the dump: when neither
-// the query nor Config.Datacenter names it, it is read once per watch from
-// /v1/catalog/node/<a node of the dump>.
+// The node dump is internal, so not covered by Consul's API compatibility
+// promise. If it answers 404 (a newer Consul, or a proxy that only lets
+// public endpoints through) the watch falls back to public endpoints,
+// logged once as a warning: blocking queries on /v1/catalog/nodes,
+// /v1/catalog/services and /v1/health/state/any (three held open), and on
+// any change a re-list of those three and one /v1/health/service/<name>
+// per service: N+6 requests per change. The datacenter name of the local
+// catalog is not in the dump: when neither the query nor Config.Datacenter
+// names it, it is read once per watch from /v1/catalog/node/<a node>.
 //
 // KV: one blocking query per distinct key or prefix wanted (/v1/kv/<key>,
 // with ?recurse for a prefix), bounded by the templates, not by the number
@@ -52,10 +62,11 @@
 // The token (CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE) needs, for a
 // catalog, node:read and service:read on everything to be discovered: in
 // policy terms `node_prefix "" { policy = "read" }` and
-// `service_prefix "" { policy = "read" }`. The second also covers the node
-// checks, which Consul files under the empty service name: without it the
-// dump silently leaves them out and a node's failing serfHealth check would
-// not mark its instances critical. Whatever the token may not read is left
+// `service_prefix "" { policy = "read" }`, for the per-service health
+// queries as for the node dump. The second also covers the node checks,
+// which Consul files under the empty service name: without it they are
+// silently left out and a node's failing serfHealth check would not mark
+// its instances critical. Whatever the token may not read is left
 // out of the answer (not an error); the source logs a warning when Consul
 // says it filtered something. KV needs key:read (`key_prefix "<prefix>"`),
 // the datacenter list none. The same rights serve the fallback.
@@ -64,8 +75,9 @@
 //
 // Each watch keeps the last good answer to its query. A failing request is
 // retried with exponential backoff and jitter (250 ms up to 10 s, reset by a
-// success) and never removes data from a snapshot. Run sends a snapshot
-// whenever the answers change, coalescing: a slow consumer gets only the
+// success; each per-service query retries on its own) and never removes
+// data from a snapshot. Run sends a snapshot whenever an answer changed (a
+// counter, not a comparison of catalogs), coalescing: a slow consumer gets only the
 // newest state, and no watch ever waits for it. Index handling follows
 // Consul's advice for blocking queries: an index that goes backwards (a
 // restored or restarted server, a stale read from another server) starts

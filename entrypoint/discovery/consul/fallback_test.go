@@ -36,7 +36,9 @@ func TestFallbackWithoutTheNodeDump(t *testing.T) {
 	t.Cleanup(proxy.Close)
 
 	direct := startSource(t, agent.Addr(), Config{}, model.LocalCatalog)
-	public := startSource(t, proxy.URL, Config{}, model.LocalCatalog)
+	// Over its budget (three services, two fixed watches) the source reads
+	// the node dump, which the proxy does not serve.
+	public := startSource(t, proxy.URL, Config{Watches: 3}, model.LocalCatalog)
 	want := direct.waitFor("the fixture, directly", fixtureComplete)
 	got := public.waitFor("the fixture, through public endpoints", fixtureComplete)
 	if !reflect.DeepEqual(got.Local(), want.Local()) {

@@ -138,6 +138,10 @@ func (r *running) steady(want uint64) {
 	})
 }
 
+// watching is the number of blocking queries a catalog of n services holds
+// while it is watched per service.
+func watching(n int) uint64 { return uint64(n + fixedWatches) }
+
 // instances returns the local catalog's instances of service name.
 func instances(s model.Snapshot, name string) []model.Instance {
 	r, ok := s.Results[model.LocalCatalog]

@@ -42,7 +42,7 @@ func TestConsulRestartedEmptyIsSeenPromptly(t *testing.T) {
 	}
 	r := startSource(t, agent.Addr(), Config{}, model.LocalCatalog)
 	r.waitFor("30 old instances", func(s model.Snapshot) bool { return len(instances(s, "old")) == 30 })
-	r.steady(1)
+	r.steady(watching(2)) // old and consul
 	before := catalogIndex(t, c)
 
 	agent.Stop()
@@ -71,8 +71,8 @@ func TestAFailedQueryReadsAfresh(t *testing.T) {
 		indexes []string
 	)
 	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/v1/catalog/node/") {
-			fmt.Fprint(w, `{"Node": {"Node": "a", "Datacenter": "dc9"}}`)
+		if r.URL.Path != "/v1/catalog/services" {
+			stubCatalog(w, r)
 			return
 		}
 		mu.Lock()
@@ -83,12 +83,12 @@ func TestAFailedQueryReadsAfresh(t *testing.T) {
 		switch {
 		case n == 0:
 			w.Header().Set("X-Consul-Index", "100")
-			fmt.Fprint(w, `[{"Node": "a", "Services": [{"ID": "s", "Service": "s"}]}]`)
+			fmt.Fprint(w, `{"s": []}`)
 		case n == 1:
 			http.Error(w, "connection to the server lost", http.StatusInternalServerError)
 		case idx == "" || idx == "0":
 			w.Header().Set("X-Consul-Index", "5") // a new, empty Consul
-			fmt.Fprint(w, `[{"Node": "b", "Services": []}]`)
+			fmt.Fprint(w, `{}`)
 		default:
 			<-r.Context().Done() // as Consul does: index 5 is below 100, nothing new
 		}
@@ -163,26 +163,7 @@ func TestFrozenConsulIsReportedStale(t *testing.T) {
 // answer. The source turns stale within its wait plus the margin, not
 // when a 5-minute wait runs out.
 func TestASilentConsulIsStaleAfterItsWaitAndMargin(t *testing.T) {
-	var (
-		mu    sync.Mutex
-		calls int
-	)
-	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/v1/catalog/node/") {
-			fmt.Fprint(w, `{"Node": {"Node": "a", "Datacenter": "dc9"}}`)
-			return
-		}
-		mu.Lock()
-		calls++
-		first := calls == 1
-		mu.Unlock()
-		if !first {
-			<-r.Context().Done()
-			return
-		}
-		w.Header().Set("X-Consul-Index", "100")
-		fmt.Fprint(w, `[{"Node": "a", "Services": [{"ID": "s", "Service": "s"}]}]`)
-	})
+	addr := stub(t, stubCatalog) // answers once, then holds every query
 	r := startSource(t, addr, Config{WaitTime: time.Second, Margin: 500 * time.Millisecond}, model.LocalCatalog)
 	r.waitFor("s", func(s model.Snapshot) bool { return len(instances(s, "s")) == 1 })
 	answered := time.Now()

@@ -78,8 +78,9 @@ func (s *Source) succeeded(w *watch, r model.Result) {
 	}
 	first := !s.tried[w.q]
 	s.tried[w.q] = true
-	if old, ok := s.results[w.q]; !ok || !reflect.DeepEqual(old, r) {
+	if old, ok := s.results[w.q]; !ok || !sameResult(old, r) {
 		s.results[w.q] = r
+		s.version++
 		s.signal()
 	} else if first {
 		s.signal()
@@ -136,4 +137,11 @@ func rightsFor(q model.Query) string {
 		return `node:read and service:read (node_prefix "" and service_prefix "" read)`
 	}
 	return "the rights for this query"
+}
+
+// sameResult reports whether b is a's answer unchanged: a catalog is
+// compared by pointer (its fetcher returns the same one while nothing
+// changed), the small KV and datacenter answers by value.
+func sameResult(a, b model.Result) bool {
+	return a.Catalog == b.Catalog && reflect.DeepEqual(a.Pairs, b.Pairs) && slices.Equal(a.Datacenters, b.Datacenters)
 }

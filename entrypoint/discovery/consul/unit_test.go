@@ -164,6 +164,30 @@ func FuzzConvertDump(f *testing.F) {
 	})
 }
 
+// stubCatalog answers Consul's public catalog endpoints with service s on
+// node a of datacenter dc9, at index 1. A request waiting on index 1
+// blocks until it is cancelled, as Consul's does while nothing changes.
+func stubCatalog(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Get("index") == "1" {
+		<-r.Context().Done()
+		return
+	}
+	w.Header().Set("X-Consul-Index", "1")
+	switch r.URL.Path {
+	case "/v1/catalog/services":
+		fmt.Fprint(w, `{"s": []}`)
+	case "/v1/catalog/nodes":
+		fmt.Fprint(w, `[{"Node": "a", "Datacenter": "dc9"}]`)
+	default:
+		fmt.Fprint(w, healthOf("a"))
+	}
+}
+
+// healthOf is the health of service s, with one instance on node.
+func healthOf(node string) string {
+	return fmt.Sprintf(`[{"Node": {"Node": %q, "Datacenter": "dc9"}, "Service": {"ID": "s", "Service": "s"}, "Checks": []}]`, node)
+}
+
 // stub serves handler as a Consul, for the edges a real one will not show.
 func stub(t *testing.T, handler http.HandlerFunc) string {
 	srv := httptest.NewServer(handler)
@@ -228,8 +252,8 @@ func TestIndexGoingBackwardsStartsOver(t *testing.T) {
 		node  string
 	}{{100, "a"}, {5, "b"}, {7, "b"}}
 	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/v1/catalog/node/") {
-			fmt.Fprint(w, `{"Node": {"Node": "a", "Datacenter": "dc9"}}`)
+		if r.URL.Path != "/v1/health/service/s" {
+			stubCatalog(w, r)
 			return
 		}
 		mu.Lock()
@@ -241,7 +265,7 @@ func TestIndexGoingBackwardsStartsOver(t *testing.T) {
 			return
 		}
 		w.Header().Set("X-Consul-Index", fmt.Sprint(answers[n].index))
-		fmt.Fprintf(w, `[{"Node": %q, "Services": [{"ID": "s", "Service": "s"}]}]`, answers[n].node)
+		fmt.Fprint(w, healthOf(answers[n].node))
 	})
 	r := startSource(t, addr, Config{}, model.LocalCatalog)
 	r.waitFor("node b", func(s model.Snapshot) bool {
@@ -319,5 +343,58 @@ func TestRetriesBackOffExponentiallyAndResetOnSuccess(t *testing.T) {
 				t.Errorf("retry %d after %s, want between %s and %s", i, gap, want/2, want)
 			}
 		}
+	})
+}
+
+// When one query sees Consul's index go backwards (a restarted Consul),
+// the others, still blocked on the old index where the new Consul would
+// hold them for the whole wait, are cut short and read afresh.
+func TestARestartSeenByOneQueryRestartsTheOthers(t *testing.T) {
+	var (
+		mu       sync.Mutex
+		services []string // the index each services request waited on
+		health   int
+	)
+	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		idx := r.URL.Query().Get("index")
+		switch r.URL.Path {
+		case "/v1/catalog/services":
+			mu.Lock()
+			services = append(services, idx)
+			mu.Unlock()
+			if idx == "100" {
+				<-r.Context().Done() // the new Consul will not reach 100 for a long time
+				return
+			}
+			w.Header().Set("X-Consul-Index", "100")
+			fmt.Fprint(w, `{"s": []}`)
+		case "/v1/health/service/s":
+			mu.Lock()
+			health++
+			n := health
+			mu.Unlock()
+			switch n {
+			case 1:
+				w.Header().Set("X-Consul-Index", "100")
+				fmt.Fprint(w, healthOf("a"))
+			case 2:
+				w.Header().Set("X-Consul-Index", "5") // restarted, with less data
+				fmt.Fprint(w, healthOf("b"))
+			default:
+				<-r.Context().Done()
+			}
+		default:
+			stubCatalog(w, r)
+		}
+	})
+	r := startSource(t, addr, Config{}, model.LocalCatalog)
+	r.waitFor("s on node b", func(s model.Snapshot) bool {
+		in := instances(s, "s")
+		return len(in) == 1 && in[0].Node == "b"
+	})
+	testenv.Eventually(t, promptly, "the service list read afresh", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Equal(services, []string{"", "100", ""})
 	})
 }

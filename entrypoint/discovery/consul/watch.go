@@ -2,12 +2,12 @@ package consul
 
 import (
 	"context"
-	"github.com/seamless-lb/seamless/internal/backoff"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 
 	"github.com/seamless-lb/seamless/entrypoint/model"
+	"github.com/seamless-lb/seamless/internal/backoff"
 )
 
 const (
@@ -43,7 +43,7 @@ func (s *Source) newFetcher(q model.Query) fetcher {
 	}
 	switch q.Kind {
 	case model.QueryCatalog:
-		return &catalogFetcher{s: s, dc: dc}
+		return &catalogFetcher{s: s, dc: dc, budget: s.cfg.Watches}
 	case model.QueryKey, model.QueryPrefix:
 		return &kvFetcher{s: s, dc: dc, key: q.Key, prefix: q.Kind == model.QueryPrefix}
 	default: // model.QueryDatacenters; Want lets no other kind through
@@ -54,6 +54,9 @@ func (s *Source) newFetcher(q model.Query) fetcher {
 // runWatch fetches w's query until ctx ends, retrying failures with
 // backoff; answers and errors go to s.
 func (s *Source) runWatch(ctx context.Context, w *watch) {
+	if c, ok := w.f.(interface{ close() }); ok {
+		defer c.close() // its own goroutines end with the watch
+	}
 	bo := newBackoff()
 	for {
 		r, err := w.f.fetch(ctx)
@@ -62,6 +65,9 @@ func (s *Source) runWatch(ctx context.Context, w *watch) {
 		}
 		if err != nil {
 			d := bo.Next()
+			if p, ok := w.f.(interface{ paced() bool }); ok && p.paced() {
+				d = 0 // its queries back off on their own; twice would add up
+			}
 			s.failed(w, err, d)
 			if !sleep(ctx, d) {
 				return
@@ -155,10 +161,11 @@ func (c *cursor) wait() uint64 {
 func (c *cursor) failed() { c.reread = true }
 
 // answered takes the index of an answer. It reports whether the answer
-// can differ from the previous one, and logs an index that went backwards.
+// can differ from the previous one, and logs an index that went backwards
+// (unless s is nil).
 func (c *cursor) answered(got uint64, s *Source, what string) (changed bool) {
 	changed = c.seen == 0 || got != c.seen
-	if c.seen != 0 && got < c.seen {
+	if c.seen != 0 && got < c.seen && s != nil {
 		s.log.Warn("Consul's index went backwards (restarted with less data, or another server answered): starting the query over",
 			"query", what, "consul", s.addr, "from", c.seen, "to", got)
 	}

@@ -1,0 +1,264 @@
+package consul
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+)
+
+const (
+	// fixedWatches are the blocking queries a per-service catalog holds
+	// besides one per service: the service list and the node list.
+	fixedWatches = 2
+	// DefaultWatches is the default budget of blocking queries per
+	// catalog: room under an agent's default http_max_conns_per_client
+	// of 200 for KV watches and other clients on the same address.
+	DefaultWatches = 128
+)
+
+// partKind says what a sub-watch of a per-service catalog reads.
+type partKind int
+
+const (
+	partServices partKind = iota // /v1/catalog/services
+	partNodes                    // /v1/catalog/nodes
+	partHealth                   // /v1/health/service/<name>
+)
+
+// sub is one blocking query of a per-service catalog.
+type sub struct {
+	kind   partKind
+	name   string // the service, for partHealth
+	cancel context.CancelFunc
+}
+
+// event is a sub-watch's answer: an error, or an answer that did or did
+// not change what the sub-watch reported last.
+type event struct {
+	sub       *sub
+	err       error
+	changed   bool
+	services  map[string][]string
+	nodes     []model.Node
+	dcName    string
+	instances []model.Instance
+}
+
+// overBudget: the catalog has more services than the budget of blocking
+// queries allows.
+type overBudget struct{ services int }
+
+func (e *overBudget) Error() string {
+	return fmt.Sprintf("%d services to watch, over the budget", e.services)
+}
+
+// splitCatalog assembles a catalog from one blocking query per service on
+// /v1/health/service/<name>, plus the service list and the node list. Each
+// sub-watch converts its own answer, only when it changed; fetch puts the
+// cached parts together. Only fetch's goroutine touches the parts; the
+// sub-watches talk to it through events.
+type splitCatalog struct {
+	s      *Source
+	dc     string
+	budget int
+
+	ctx    context.Context // the sub-watches' lifetime
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	events chan event
+
+	services, nodes *sub
+	health          map[string]*sub
+	order           []string // the watched services, sorted: the catalog's order
+	parts           map[string][]model.Instance
+	nodeList        []model.Node
+	dcName          string
+	haveServices    bool
+	haveNodes       bool
+	complete        bool // every part answered once
+	dirty           bool // a part changed since the last assembly
+	last            *model.Catalog
+	warnedACL       atomic.Bool
+
+	// restarted is cancelled (and replaced) when a sub-watch saw the index
+	// go backwards: Consul restarted with less data. Every other
+	// sub-watch then reads afresh rather than wait on an index the new
+	// Consul will not reach for a long time (the Go transport re-sends a
+	// GET whose connection closed, so a query may reach the new Consul
+	// without ever failing).
+	restartMu     sync.Mutex
+	restarted     context.Context
+	restartCancel context.CancelFunc
+}
+
+func newSplitCatalog(ctx context.Context, s *Source, dc string, budget int) *splitCatalog {
+	c := &splitCatalog{s: s, dc: dc, budget: budget, events: make(chan event, 64),
+		health: map[string]*sub{}, parts: map[string][]model.Instance{}}
+	c.ctx, c.cancel = context.WithCancel(ctx)
+	c.restarted, c.restartCancel = context.WithCancel(c.ctx)
+	c.services = c.start(partServices, "")
+	c.nodes = c.start(partNodes, "")
+	return c
+}
+
+// stop ends every sub-watch and waits for them.
+func (c *splitCatalog) stop() {
+	c.cancel() // every send also selects on the context
+	c.wg.Wait()
+}
+
+// restart tells every sub-watch to read afresh: it cuts short the
+// blocking queries in flight, and the others read afresh next time.
+func (c *splitCatalog) restart() {
+	c.restartMu.Lock()
+	defer c.restartMu.Unlock()
+	c.restartCancel()
+	c.restarted, c.restartCancel = context.WithCancel(c.ctx)
+}
+
+func (c *splitCatalog) restartCtx() context.Context {
+	c.restartMu.Lock()
+	defer c.restartMu.Unlock()
+	return c.restarted
+}
+
+func (c *splitCatalog) start(kind partKind, name string) *sub {
+	ctx, cancel := context.WithCancel(c.ctx)
+	sb := &sub{kind: kind, name: name, cancel: cancel}
+	c.wg.Go(func() { c.run(ctx, sb) })
+	return sb
+}
+
+// current reports whether sb is still one of the catalog's sub-watches.
+func (c *splitCatalog) current(sb *sub) bool {
+	switch sb.kind {
+	case partServices:
+		return sb == c.services
+	case partNodes:
+		return sb == c.nodes
+	}
+	return c.health[sb.name] == sb
+}
+
+// fetch returns once the catalog may have changed: the first time when
+// every part has answered; then after each batch of answers, the same
+// *Catalog when no part changed. An error is a sub-watch's failure (it
+// retries on its own); *overBudget says the catalog should be read
+// another way.
+func (c *splitCatalog) fetch(ctx context.Context) (*model.Catalog, error) {
+	for {
+		var batch []event
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case ev := <-c.events:
+			batch = append(batch, ev)
+		}
+	drain:
+		for {
+			select {
+			case ev := <-c.events:
+				batch = append(batch, ev)
+			default:
+				break drain
+			}
+		}
+		var (
+			err      error
+			answered bool
+		)
+		for _, ev := range batch {
+			if !c.current(ev.sub) {
+				continue
+			}
+			if ev.err != nil {
+				err = ev.err
+				continue
+			}
+			answered = true
+			if ev.changed {
+				if over := c.apply(ev); over != nil {
+					return nil, over
+				}
+			}
+		}
+		if !c.complete {
+			c.complete = c.haveServices && c.haveNodes && len(c.parts) == len(c.health)
+		}
+		switch {
+		case c.complete && c.dirty:
+			c.last, c.dirty = c.assemble(), false
+			return c.last, nil
+		case err != nil:
+			return nil, err
+		case c.complete && answered:
+			return c.last, nil // a wait ran out: the query is alive
+		}
+	}
+}
+
+// apply takes a changed answer.
+func (c *splitCatalog) apply(ev event) *overBudget {
+	switch ev.sub.kind {
+	case partServices:
+		c.haveServices = true
+		tag := c.s.cfg.TagFilter
+		want := make([]string, 0, len(ev.services))
+		for name, tags := range ev.services {
+			if tag == "" || slices.Contains(tags, tag) {
+				want = append(want, name)
+			}
+		}
+		if len(want)+fixedWatches > c.budget {
+			return &overBudget{services: len(want)}
+		}
+		slices.Sort(want)
+		for name, sb := range c.health {
+			if _, ok := slices.BinarySearch(want, name); !ok {
+				sb.cancel()
+				delete(c.health, name)
+				if _, had := c.parts[name]; had {
+					delete(c.parts, name)
+					c.dirty = true
+				}
+			}
+		}
+		for _, name := range want {
+			if c.health[name] == nil {
+				c.health[name] = c.start(partHealth, name)
+			}
+		}
+		c.order = want
+	case partNodes:
+		c.haveNodes, c.nodeList, c.dcName, c.dirty = true, ev.nodes, ev.dcName, true
+	case partHealth:
+		c.parts[ev.sub.name], c.dirty = ev.instances, true
+	}
+	return nil
+}
+
+// assemble puts the cached parts together: they come sorted by service
+// name, and each part is sorted, so the result is in model.SortCatalog's
+// order without sorting.
+func (c *splitCatalog) assemble() *model.Catalog {
+	dc := c.dc
+	if dc == "" {
+		dc = c.dcName
+	}
+	cat := &model.Catalog{Datacenter: dc, Nodes: nilIfNone(slices.Clone(c.nodeList))}
+	n := 0
+	for _, p := range c.parts {
+		n += len(p)
+	}
+	if n > 0 {
+		cat.Instances = make([]model.Instance, 0, n)
+		for _, name := range c.order {
+			cat.Instances = append(cat.Instances, c.parts[name]...)
+		}
+	}
+	return cat
+}

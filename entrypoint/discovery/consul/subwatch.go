@@ -1,0 +1,181 @@
+package consul
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+)
+
+// run reads sb's query until its context ends, sending an event for each
+// answer and each failure; a failure is retried with backoff.
+func (c *splitCatalog) run(ctx context.Context, sb *sub) {
+	var (
+		cur  cursor
+		prev any
+		have bool
+	)
+	bo := newBackoff()
+	failed := false
+	var epoch context.Context // the restart context of the last request
+	for {
+		if epoch != nil && epoch.Err() != nil {
+			cur.failed() // another sub-watch saw Consul restart
+		}
+		epoch = c.restartCtx()
+		rctx, cancel := context.WithCancel(ctx)
+		stop := func() bool { return false }
+		if cur.wait() > 0 { // a fresh read answers at once anyway
+			stop = context.AfterFunc(epoch, cancel)
+		}
+		ev, index, err := c.read(rctx, sb, cur.wait())
+		stop()
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil && epoch.Err() != nil {
+			cur.failed()
+			continue // cut short by a restart: read afresh at once
+		}
+		if err != nil {
+			cur.failed()
+			failed = true
+			if !c.send(ctx, event{sub: sb, err: err}) || !sleep(ctx, bo.Next()) {
+				return
+			}
+			continue
+		}
+		bo.Reset()
+		var log *Source // per-service queries would log the same restart a thousand times
+		if sb.kind != partHealth {
+			log = c.s
+		}
+		if cur.seen != 0 && index < cur.seen {
+			c.restart()
+			epoch = nil
+		}
+		moved := cur.answered(index, log, c.what(sb))
+		if moved || !have {
+			var now any
+			switch sb.kind {
+			case partServices:
+				now = ev.services
+			case partNodes:
+				now = ev.nodes
+			default:
+				now = ev.instances
+			}
+			ev.changed = !have || !reflect.DeepEqual(prev, now)
+			prev, have = now, true
+		}
+		if ev.changed || failed || !moved {
+			// An unchanged answer tells fetch the query is alive.
+			if !c.send(ctx, ev) {
+				return
+			}
+		}
+		failed = false
+		if !sleep(ctx, minInterval) {
+			return
+		}
+	}
+}
+
+func (c *splitCatalog) send(ctx context.Context, ev event) bool {
+	select {
+	case c.events <- ev:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (c *splitCatalog) what(sb *sub) string {
+	switch sb.kind {
+	case partServices:
+		return "/v1/catalog/services"
+	case partNodes:
+		return "/v1/catalog/nodes"
+	}
+	return "/v1/health/service/" + sb.name
+}
+
+// read issues sb's query, waiting on index, and converts its answer.
+func (c *splitCatalog) read(ctx context.Context, sb *sub, index uint64) (event, uint64, error) {
+	opts, cancel := c.s.queryOptions(ctx, c.dc, index)
+	defer cancel()
+	ev := event{sub: sb}
+	var (
+		meta *api.QueryMeta
+		err  error
+	)
+	switch sb.kind {
+	case partServices:
+		ev.services, meta, err = c.s.client.Catalog().Services(opts)
+		if err != nil {
+			return ev, 0, fmt.Errorf("listing services: %w", err)
+		}
+	case partNodes:
+		var nodes []*api.Node
+		nodes, meta, err = c.s.client.Catalog().Nodes(opts)
+		if err != nil {
+			return ev, 0, fmt.Errorf("listing nodes: %w", err)
+		}
+		dump := make([]*nodeInfo, 0, len(nodes))
+		for _, n := range nodes {
+			if n == nil {
+				continue
+			}
+			dump = append(dump, nodeFromAPI(n))
+			if ev.dcName == "" && n.PeerName == "" {
+				ev.dcName = n.Datacenter
+			}
+		}
+		ev.nodes = convertDump(dump, c.dc, "").Nodes
+	case partHealth:
+		// A blocking query (index > 0) on the health of a service is
+		// served by the agent from its streaming view (Consul 1.10+,
+		// use_streaming_backend, on by default) without a parameter.
+		var entries []*api.ServiceEntry
+		entries, meta, err = c.s.client.Health().Service(sb.name, c.s.cfg.TagFilter, false, opts)
+		if err != nil {
+			return ev, 0, fmt.Errorf("reading service %q: %w", sb.name, err)
+		}
+		ev.instances = convertEntries(entries, c.dc, c.s.cfg.TagFilter)
+	}
+	if meta.ResultsFilteredByACLs && sb.kind != partHealth && c.warnedACL.CompareAndSwap(false, true) {
+		c.s.log.Warn("the token may not read all of the catalog; Consul left out what it may not read",
+			"query", c.what(sb))
+	}
+	return ev, meta.LastIndex, nil
+}
+
+// convertEntries converts the health of one service as the node dump's
+// would be: each entry is a node with that one instance and its checks.
+func convertEntries(entries []*api.ServiceEntry, dc, tagFilter string) []model.Instance {
+	dump := make([]*nodeInfo, 0, len(entries))
+	for _, e := range entries {
+		if e == nil || e.Node == nil || e.Service == nil {
+			continue
+		}
+		n := nodeFromAPI(e.Node)
+		n.Services = []*nodeService{fromAgentService(e.Service)}
+		for _, ch := range e.Checks {
+			if ch != nil {
+				n.Checks = append(n.Checks, &healthCheck{Node: ch.Node, CheckID: ch.CheckID, Name: ch.Name,
+					Status: ch.Status, Notes: ch.Notes, Output: ch.Output, ServiceID: ch.ServiceID, ServiceName: ch.ServiceName})
+			}
+		}
+		dump = append(dump, n)
+	}
+	return convertDump(dump, dc, tagFilter).Instances
+}
+
+func nodeFromAPI(n *api.Node) *nodeInfo {
+	return &nodeInfo{ID: n.ID, Node: n.Node, PeerName: n.PeerName, Address: n.Address, Datacenter: n.Datacenter,
+		TaggedAddresses: n.TaggedAddresses, Meta: n.Meta}
+}
