@@ -5,6 +5,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/seamless-lb/seamless/internal/procfs"
 )
 
 // procMemory reads VmRSS and VmHWM of pid, in bytes.
@@ -71,4 +74,49 @@ func metricSum(text, name string, match map[string]string) (float64, error) {
 		}
 	}
 	return sum, nil
+}
+
+// clockTick is the unit of the times in /proc/PID/stat (USER_HZ), 100 on
+// every Linux architecture Go supports.
+const clockTick = 10 * time.Millisecond
+
+// procCPU reads pid's CPU time from /proc: its own (utime+stime) and that
+// of its children it has waited for (cutime+cstime), at clockTick
+// resolution.
+func procCPU(pid int) (self, children time.Duration, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	// The command name is parenthesised and may hold spaces.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	// f[0] is field 3 (state): utime, stime, cutime, cstime are 14-17.
+	if len(f) < 15 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	var t [4]int64
+	for j := range t {
+		if t[j], err = strconv.ParseInt(f[11+j], 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+	}
+	return time.Duration(t[0]+t[1]) * clockTick, time.Duration(t[2]+t[3]) * clockTick, nil
+}
+
+// treeCPU sums the CPU time of pid's descendants (not pid itself), with
+// what each has waited for.
+func treeCPU(pid int) time.Duration {
+	var sum time.Duration
+	for _, p := range procfs.Descendants(pid) {
+		self, children, err := procCPU(p.Pid)
+		if err == nil {
+			sum += self + children
+		}
+	}
+	return sum
 }
