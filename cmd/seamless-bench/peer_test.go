@@ -282,3 +282,14 @@ func TestPeerBenchmark(t *testing.T) {
 		t.Errorf("processes left running: %v", pids)
 	}
 }
+
+func TestRatio(t *testing.T) {
+	for _, tc := range []struct {
+		a, b float64
+		want string
+	}{{120, 10, "12×"}, {14, 10, "1.4×"}, {1, 26.1, "0.04×"}, {1, 0, "–"}} {
+		if got := ratio(tc.a, tc.b); got != tc.want {
+			t.Errorf("ratio(%v, %v) = %q, want %q", tc.a, tc.b, got, tc.want)
+		}
+	}
+}

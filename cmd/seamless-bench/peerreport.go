@@ -100,7 +100,7 @@ func printPeerTable(w io.Writer, o peerOptions, results []peerResult) {
 				fmt.Fprintf(w, ", %d/%d served (%d requests)", len(r.served), r.asked, r.probes)
 			}
 			fmt.Fprintf(w, "; catalog registered in %s, whole catalog in the file %s after start; over %s: requests by path %s; answers %s; "+
-				"%d of %d answers gzip (%d asked for it); headers %.1f KiB; connections to the proxy: %d opened, at most %d open; "+
+				"%d of %d answers gzip (%d asked for it); headers %.1f KiB; connections to the proxy: %d opened during the changes, at most %d open; "+
 				"tool CPU %s, HAProxy CPU %s (not in the tool's); RSS when loaded %.1f MiB",
 				r.register.Round(time.Millisecond), r.ready.Round(time.Millisecond), r.window.Round(time.Millisecond),
 				strings.Join(classes, ", "), strings.Join(kinds, ", "), t.Gzip, all.Requests, t.AcceptGzip,
@@ -146,16 +146,19 @@ func peerBaseline(results []peerResult, r peerResult) *peerResult {
 	return nil
 }
 
-// ratio formats a/b as "12×", "1.4×"; "–" when b is 0.
+// ratio formats a/b as "12×", "1.4×", "0.04×"; "–" when b is 0.
 func ratio(a, b float64) string {
 	if b == 0 {
 		return "–"
 	}
-	x := a / b
-	if x >= 10 {
+	switch x := a / b; {
+	case x >= 10:
 		return fmt.Sprintf("%.0f×", x)
+	case x >= 0.1:
+		return fmt.Sprintf("%.1f×", x)
+	default:
+		return fmt.Sprintf("%.2f×", x)
 	}
-	return fmt.Sprintf("%.1f×", x)
 }
 
 // fmtMsN formats d in milliseconds without the unit: "8.4", "748".
