@@ -64,6 +64,11 @@ type toolRun struct {
 	ct *proc         // consul-template
 	d  *discoveryRun // seamless
 
+	stopWatch func()         // ends file.run
+	watched   chan struct{}  // closed when file.run has returned
+	watchErr  error          // why file.run returned, read after watched is closed
+	probing   sync.WaitGroup // probeServed goroutines
+
 	// served[k]: when a request through HAProxy first reached change k's
 	// listener (built-in only); zero: not yet.
 	servedMu sync.Mutex
@@ -104,6 +109,8 @@ func (t *toolRun) haproxyCPU() time.Duration {
 }
 
 func (t *toolRun) stop() error {
+	t.stopWatch()
+	<-t.watched
 	var err error
 	if t.ct != nil {
 		// SIGINT is its kill_signal; SIGTERM would only be passed on to a
@@ -230,13 +237,22 @@ func startTool(ctx context.Context, s toolSetup, tool peerTool, dir string) (*to
 		}
 		t.file = newRenderedFile(filepath.Join(t.d.stateDir, "haproxy.cfg"), s.ports, s.loadedCheck())
 		if err := os.MkdirAll(t.d.stateDir, 0o755); err != nil {
-			t.stop()
+			t.d.stop()
+			proxy.stop()
 			return nil, err
 		}
 	default:
 		proxy.stop()
 		return nil, fmt.Errorf("unknown tool %q", tool.key)
 	}
+	wctx, cancel := context.WithCancel(ctx)
+	t.stopWatch, t.watched = cancel, make(chan struct{})
+	go func() {
+		defer close(t.watched)
+		if err := t.file.run(wctx); err != nil {
+			t.watchErr = err
+		}
+	}()
 	return t, nil
 }
 
@@ -246,6 +262,11 @@ func (t *toolRun) waitLoaded(ctx context.Context, timeout time.Duration) error {
 	err := poll(ctx, 20*time.Millisecond, timeout, t.tool.title+" renders the whole catalog", func() (bool, error) {
 		if err := t.alive(); err != nil {
 			return false, err
+		}
+		select {
+		case <-t.watched:
+			return false, fmt.Errorf("watching %s: %v (%w)", t.file.path, t.watchErr, errExited)
+		default:
 		}
 		ready, _, _, _ := t.file.state()
 		return !ready.IsZero(), nil

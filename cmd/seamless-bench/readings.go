@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -119,4 +122,51 @@ func treeCPU(pid int) time.Duration {
 		}
 	}
 	return sum
+}
+
+// appliesByResult reads seamless_config_applies_total by its result label.
+func appliesByResult(ctx context.Context, d *discoveryRun) (map[string]float64, error) {
+	code, body, err := getHTTP(ctx, "http://"+d.status+"/metrics")
+	if err != nil {
+		return nil, err
+	}
+	if code != 200 {
+		return nil, fmt.Errorf("/metrics answered %d", code)
+	}
+	out := map[string]float64{}
+	const name = "seamless_config_applies_total{"
+	for line := range strings.Lines(body) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), name)
+		if !ok {
+			continue
+		}
+		end := strings.LastIndexByte(rest, '}')
+		if end < 0 {
+			continue
+		}
+		f := strings.Fields(rest[end+1:])
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			continue
+		}
+		out[parseLabels(rest[:end])["result"]] += v
+	}
+	return out, nil
+}
+
+// diffApplies formats after-before by result, those that moved: "reloaded 40".
+func diffApplies(before, after map[string]float64) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(after)) {
+		if d := after[k] - before[k]; d > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f", k, d))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
