@@ -8,7 +8,7 @@ CACHE := $(CURDIR)/.cache
 
 .PHONY: all build deps test test-matrix test-docker image consul consul-template demo demo-reload bench-reload clean \
 	image-consul image-demo-backend compose-consul compose-file compose-docker compose-down \
-	bench-propagation bench-scale
+	bench-propagation bench-scale bench-peer
 
 all: build
 
@@ -182,6 +182,14 @@ bench-propagation: deps build $(CONSUL)
 	$(GO) run ./cmd/seamless-bench propagation -seamless bin/seamless -consul $(CONSUL) $(BENCH_FLAGS)
 bench-scale: deps build $(CONSUL)
 	$(GO) run ./cmd/seamless-bench scale -seamless bin/seamless -consul $(CONSUL) $(BENCH_FLAGS)
+
+# seamless side by side with consul-template: 100 and 1,000 services × 10,
+# 40 single-instance changes, each tool alone (BENCH_FLAGS=-together: all
+# at once): change → rendered file (and served), Consul bytes, requests and
+# CPU per change through a counting proxy per tool, RSS.
+bench-peer: deps build $(CONSUL) $(CONSUL_TEMPLATE)
+	$(GO) run ./cmd/seamless-bench peer -seamless bin/seamless -consul $(CONSUL) \
+		-consul-template $(CONSUL_TEMPLATE) $(BENCH_FLAGS)
 
 clean:
 	rm -rf bin $(CACHE)

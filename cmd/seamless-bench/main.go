@@ -5,8 +5,12 @@
 //	seamless-bench propagation [flags]   Consul change → first request served accordingly
 //	seamless-bench scale [flags]         1,000 services × 10 instances: render, haproxy -c,
 //	                                     apply, RSS, Consul requests per change
+//	seamless-bench peer [flags]          side by side with consul-template: change →
+//	                                     rendered file (and served), Consul bytes and
+//	                                     CPU per change, RSS
 //
-// The discovery benchmarks are described in propagation.go and scale.go.
+// The discovery benchmarks are described in propagation.go, scale.go and
+// peer.go.
 //
 // `reload`:
 //
@@ -63,10 +67,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return runPropagation(ctx, args[2:], stdout, stderr)
 		case "scale":
 			return runScale(ctx, args[2:], stdout, stderr)
+		case "peer":
+			return runPeer(ctx, args[2:], stdout, stderr)
 		}
 	}
 	name := filepath.Base(args[0])
-	fmt.Fprintf(stderr, "usage: %s reload|propagation|scale [flags]  (see %s COMMAND -h)\n", name, name)
+	fmt.Fprintf(stderr, "usage: %s reload|propagation|scale|peer [flags]  (see %s COMMAND -h)\n", name, name)
 	return 2
 }
 

@@ -42,6 +42,9 @@ type Options struct {
 	Node     string        // the agent's node name; "seamless-bench" when empty
 	LogLevel string        // "info" when empty
 	Timeout  time.Duration // for the agent to elect itself and settle; 60s when 0
+	// HCL are further configuration fragments, one -hcl flag each, e.g.
+	// "limits { http_max_conns_per_client = 1000 }".
+	HCL []string
 }
 
 // Agent is a running Consul server.
@@ -90,6 +93,9 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 		"-hcl=ports { https = -1, grpc_tls = -1 }",
 		"-hcl=performance { raft_multiplier = 1 }",
 		"-hcl=disable_update_check = true",
+	}
+	for _, h := range o.HCL {
+		args = append(args, "-hcl="+h)
 	}
 	logf, err := os.OpenFile(a.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

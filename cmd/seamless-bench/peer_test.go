@@ -1,0 +1,295 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seamless-lb/seamless/internal/procfs"
+	"github.com/seamless-lb/seamless/internal/testenv"
+)
+
+func TestClassify(t *testing.T) {
+	for path, want := range map[string]string{
+		"/v1/health/service/web":  classHealth,
+		"/v1/catalog/services":    classCatalog,
+		"/v1/catalog/nodes":       classNodes,
+		"/v1/internal/ui/nodes":   classUINodes,
+		"/v1/kv/service/haproxy/": classKV,
+		"/v1/catalog/service/web": classOther,
+		"/v1/agent/self":          classOther,
+	} {
+		if got := classify(path); got != want {
+			t.Errorf("classify(%q) = %q, want %q", path, got, want)
+		}
+	}
+}
+
+func TestContainsAddr(t *testing.T) {
+	cfg := []byte("server a 127.0.0.1:40123 check\nserver b 127.0.0.1:4012\n")
+	for addr, want := range map[string]bool{
+		"127.0.0.1:4012":  true, // at the end, not only as a prefix of 40123
+		"127.0.0.1:40123": true,
+		"127.0.0.1:401":   false,
+		"127.0.0.1:1":     false,
+	} {
+		if got := containsAddr(cfg, []byte(addr)); got != want {
+			t.Errorf("containsAddr(%q) = %v, want %v", addr, got, want)
+		}
+	}
+	if n := countAddrs([]byte("x 127.0.0.1:80 127.0.0.1:8080 127.0.0.1:80\n"), []byte("127.0.0.1:80")); n != 2 {
+		t.Errorf("countAddrs = %d, want 2", n)
+	}
+}
+
+// The proxy counts answers as the client receives them: gzip stays
+// compressed when the client asked for it, and a blocking query that
+// comes back with the index it was asked with is an idle refresh.
+func TestProxyCountsWhatTheClientReceives(t *testing.T) {
+	body := bytes.Repeat([]byte(`{"Node":"node-001","Address":"127.0.0.1"},`), 200)
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(body)
+	zw.Close()
+	var plainAsked atomic.Value // what the uncompressed request reached Consul with
+	consul := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/internal/ui/nodes" {
+			plainAsked.Store(r.Header.Get("Accept-Encoding"))
+		}
+		w.Header().Set("X-Consul-Index", "7")
+		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			w.Header().Set("Content-Encoding", "gzip")
+			w.Write(gz.Bytes())
+			return
+		}
+		w.Write(body)
+	}))
+	defer consul.Close()
+	p, err := startProxy(strings.TrimPrefix(consul.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.stop()
+
+	// No Accept-Encoding of its own, as Consul's API client sends one.
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	get := func(path, acceptEncoding string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, "http://"+p.addr+path, nil)
+		if acceptEncoding != "" {
+			// Set by hand, Go's transport leaves the body encoded.
+			req.Header.Set("Accept-Encoding", acceptEncoding)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	get("/v1/health/service/web", "gzip")         // first
+	get("/v1/health/service/web?index=7", "gzip") // idle: the same index
+	get("/v1/internal/ui/nodes?index=3", "")      // news, uncompressed
+	get("/v1/kv/service/haproxy/maxconn", "gzip") // first
+	// An answer is counted just after its last byte has gone out.
+	var c proxyCounts
+	testenv.Eventually(t, 5*time.Second, "four answers counted", func() bool {
+		c = p.read()
+		return c.total().Requests == 4
+	})
+	health, nodes := c.Class[classHealth], c.Class[classUINodes]
+	if health.Requests != 2 || health.Body != int64(2*gz.Len()) {
+		t.Errorf("health: %+v, want 2 requests of %d gzip bytes each", health, gz.Len())
+	}
+	if nodes.Requests != 1 || nodes.Body != int64(len(body)) {
+		t.Errorf("ui/nodes: %+v, want 1 request of %d bytes", nodes, len(body))
+	}
+	if got := plainAsked.Load(); got != "" {
+		t.Errorf("a request without Accept-Encoding reached Consul with %q: the proxy must not ask for gzip itself", got)
+	}
+	if c.Kind[kindFirst].Requests != 2 || c.Kind[kindIdle].Requests != 1 || c.Kind[kindChange].Requests != 1 {
+		t.Errorf("kinds: %+v, want first 2, idle 1, change 1", c.Kind)
+	}
+	if c.Gzip != 3 || c.AcceptGzip != 3 || c.Errors != 0 {
+		t.Errorf("gzip %d, asked %d, errors %d; want 3, 3, 0", c.Gzip, c.AcceptGzip, c.Errors)
+	}
+	if c.total().Header == 0 {
+		t.Error("no header bytes counted")
+	}
+}
+
+// The proxy passes a blocking query's answer on as soon as Consul sends
+// it, and lets a client hold many at once.
+func TestProxyDoesNotHoldAnswers(t *testing.T) {
+	release := make(chan struct{})
+	var holding atomic.Int64
+	consul := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("index") != "" {
+			holding.Add(1)
+			<-release
+		}
+		w.Header().Set("X-Consul-Index", "8")
+		w.Write([]byte("[]"))
+	}))
+	defer consul.Close()
+	defer close(release)
+	p, err := startProxy(strings.TrimPrefix(consul.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.stop()
+	// 300 held queries: more than any default connection cap.
+	const held = 300
+	errs := make(chan error, held)
+	for i := range held {
+		go func() {
+			resp, err := http.Get("http://" + p.addr + "/v1/health/service/s" + strconv.Itoa(i) + "?index=1")
+			if err == nil {
+				resp.Body.Close()
+			}
+			errs <- err
+		}()
+	}
+	testenv.Eventually(t, 10*time.Second, "every held query reached Consul", func() bool {
+		return holding.Load() == held
+	})
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + p.addr + "/v1/catalog/services")
+	if err != nil {
+		t.Fatalf("a query beside %d held ones: %v", held, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("answered %d", resp.StatusCode)
+	}
+}
+
+func TestPlanChangesIsSeededAndNeverRepeats(t *testing.T) {
+	l := layout{services: 5, instances: 2}
+	ports := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	names := []string{"c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8", "c9", "c10"}
+	a, b := planChanges(l, 10, 7, ports, names), planChanges(l, 10, 7, ports, names)
+	seen := map[[2]int]bool{}
+	for k := range a {
+		if a[k] != b[k] {
+			t.Fatalf("change %d differs between two plans of one seed: %+v, %+v", k, a[k], b[k])
+		}
+		key := [2]int{a[k].svc, a[k].inst}
+		if seen[key] {
+			t.Errorf("instance %v changed twice", key)
+		}
+		seen[key] = true
+	}
+}
+
+// consulTemplateBin is $SEAMLESS_CONSUL_TEMPLATE_BIN; unset, the test is
+// skipped on a developer machine and fails under CI, where make test sets
+// it.
+func consulTemplateBin(t *testing.T) string {
+	t.Helper()
+	bin := os.Getenv("SEAMLESS_CONSUL_TEMPLATE_BIN")
+	if bin == "" {
+		if testenv.CI() {
+			t.Fatal("SEAMLESS_CONSUL_TEMPLATE_BIN is not set under CI (make test builds consul-template and sets it)")
+		}
+		t.Skip("SEAMLESS_CONSUL_TEMPLATE_BIN is not set (make consul-template builds it)")
+	}
+	return bin
+}
+
+// The side-by-side, tiny, against the real Consul, consul-template,
+// HAProxy and seamless: every tool gets a row with numbers, made requests
+// through its proxy and showed every change.
+func TestPeerBenchmark(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Consul, consul-template, HAProxy and seamless")
+	}
+	if os.Getenv("SEAMLESS_CONSUL_BIN") == "" && !testenv.CI() {
+		t.Skip("SEAMLESS_CONSUL_BIN is not set (make consul builds the agent)")
+	}
+	ct := consulTemplateBin(t)
+	testenv.HAProxy(t)
+	consul := testenv.ConsulBin(t)
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"seamless-bench", "peer", "-sizes", "5x2", "-changes", "3", "-interval", "300ms",
+		"-seamless", seamlessBin, "-consul", consul, "-consul-template", ct, "-change-timeout", "30s", "-timeout", "2m"}, &stdout, &stderr)
+	out := stdout.String()
+	t.Logf("table:\n%s", out)
+	if code != 0 {
+		t.Fatalf("exit code %d\nstderr:\n%s", code, stderr.String())
+	}
+	number := `[0-9]+(\.[0-9]+)?`
+	for _, tool := range peerTools {
+		row := regexp.MustCompile(`(?m)^\| 5x2 \| ` + regexp.QuoteMeta(tool.title) + ` \| alone \| (.*)\|$`).FindStringSubmatch(out)
+		if row == nil {
+			t.Errorf("no row for %s", tool.title)
+			continue
+		}
+		cells := strings.Split(row[1], "|")
+		if len(cells) != 7 {
+			t.Errorf("%s: %d cells after the mode, want 7: %q", tool.title, len(cells), row[1])
+			continue
+		}
+		checks := []struct {
+			name, re string
+		}{
+			{"change → file", `^\s*` + number + ` / ` + number},
+			{"Consul KiB", `^\s*` + number + ` · ` + number},
+			{"Consul requests", `^\s*` + number + ` · ` + number},
+			{"tool CPU", `^\s*` + number},
+			{"agent CPU", `^\s*` + number},
+			{"RSS", `^\s*[1-9][0-9]* / [1-9][0-9]*`},
+		}
+		for i, c := range checks {
+			cell := cells[i]
+			if i >= 1 {
+				cell = cells[i+1] // after the served column
+			}
+			if !regexp.MustCompile(c.re).MatchString(cell) {
+				t.Errorf("%s: %s cell %q has no number", tool.title, c.name, cell)
+			}
+		}
+		served := regexp.MustCompile(`^\s*` + number + ` / ` + number).MatchString(cells[1])
+		if served != (tool == toolBuiltin) {
+			t.Errorf("%s: served cell %q", tool.title, cells[1])
+		}
+		// At least one request to Consul per change, through the proxy.
+		if req, _ := strconv.ParseFloat(strings.Fields(cells[3])[0], 64); req < 1 {
+			t.Errorf("%s: %v requests per change, want >= 1", tool.title, req)
+		}
+		if !strings.Contains(out, "- 5x2 "+tool.title+" (alone): 3/3 changes in the file") {
+			t.Errorf("%s did not show every change in its file", tool.title)
+		}
+	}
+	if !strings.Contains(out, "3/3 served") {
+		t.Error("the built-in did not serve every change")
+	}
+	if pids := procfs.Mentioning(tmp); len(pids) > 0 {
+		t.Errorf("processes left running: %v", pids)
+	}
+}
+
+func TestRatio(t *testing.T) {
+	for _, tc := range []struct {
+		a, b float64
+		want string
+	}{{120, 10, "12×"}, {14, 10, "1.4×"}, {1, 26.1, "0.04×"}, {1, 0, "–"}} {
+		if got := ratio(tc.a, tc.b); got != tc.want {
+			t.Errorf("ratio(%v, %v) = %q, want %q", tc.a, tc.b, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// printPeerTable prints the side-by-side as one markdown table, seamless's
+// numbers with their ratio to consul-template's in the same catalog and
+// mode, then what each row rests on.
+func printPeerTable(w io.Writer, o peerOptions, results []peerResult) {
+	fmt.Fprintln(w, "| catalog | tool | mode | change → file p50 / p99 ms | change → served p50 / p99 ms | Consul KiB / change (all · answers) | Consul requests / change (all · answers) | tool CPU ms / change | Consul agent CPU ms / change | RSS / peak MiB |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range results {
+		base := peerBaseline(results, r)
+		cells := []string{r.size.String(), r.tool.title, r.mode()}
+		if r.asked == 0 || len(r.rendered) == 0 {
+			cells = append(cells, "–", "–", "–", "–", "–", "–", "–")
+			if r.err != nil {
+				first, _, _ := strings.Cut(r.err.Error(), "\n")
+				cells[3] = "failed: " + mdEscape(first)
+			}
+			fmt.Fprintln(w, "| "+strings.Join(cells, " | ")+" |")
+			continue
+		}
+		p50, _ := percentile(r.rendered, 50)
+		p99, _ := percentile(r.rendered, 99)
+		file := fmt.Sprintf("%s / %s", fmtMsN(p50), fmtMsN(p99))
+		if base != nil {
+			b50, _ := percentile(base.rendered, 50)
+			b99, _ := percentile(base.rendered, 99)
+			file += fmt.Sprintf(" (%s / %s)", ratio(float64(p50), float64(b50)), ratio(float64(p99), float64(b99)))
+		}
+		served := "–"
+		if len(r.served) > 0 {
+			s50, _ := percentile(r.served, 50)
+			s99, _ := percentile(r.served, 99)
+			served = fmt.Sprintf("%s / %s", fmtMsN(s50), fmtMsN(s99))
+		}
+		n := float64(r.asked)
+		all, answers := r.traffic.total(), r.traffic.answers()
+		kib := fmt.Sprintf("%.1f · %.1f", float64(all.Body)/1024/n, float64(answers.Body)/1024/n)
+		req := fmt.Sprintf("%.1f · %.1f", float64(all.Requests)/n, float64(answers.Requests)/n)
+		cpu := fmtMsN(r.cpu / time.Duration(r.asked))
+		agent := fmtMsN(r.agent / time.Duration(r.asked))
+		rss := fmt.Sprintf("%.0f / %.0f", float64(r.rss)/(1<<20), float64(r.peak)/(1<<20))
+		if base != nil && base.asked > 0 {
+			bAll, bAns := base.traffic.total(), base.traffic.answers()
+			kib += fmt.Sprintf(" (%s · %s)", ratio(float64(all.Body), float64(bAll.Body)), ratio(float64(answers.Body), float64(bAns.Body)))
+			req += fmt.Sprintf(" (%s · %s)", ratio(float64(all.Requests), float64(bAll.Requests)), ratio(float64(answers.Requests), float64(bAns.Requests)))
+			cpu += fmt.Sprintf(" (%s)", ratio(float64(r.cpu), float64(base.cpu)))
+			if !r.together {
+				agent += fmt.Sprintf(" (%s)", ratio(float64(r.agent), float64(base.agent)))
+			}
+			rss += fmt.Sprintf(" (%s / %s)", ratio(float64(r.rss), float64(base.rss)), ratio(float64(r.peak), float64(base.peak)))
+		}
+		if r.together {
+			agent += " (shared)"
+		}
+		cells = append(cells, file, served, kib, req, cpu, agent, rss)
+		fmt.Fprintln(w, "| "+strings.Join(cells, " | ")+" |")
+	}
+	fmt.Fprintln(w)
+	maxConns := 0
+	for _, r := range results {
+		maxConns = max(maxConns, r.maxConns)
+	}
+	fmt.Fprintf(w, "%d changes %v apart on a fixed schedule (seed %d), each one instance of one service moved to a new port; every tool with wait 0. "+
+		"One Consul %s server per row on 127.0.0.1, its http_max_conns_per_client raised to %d (default 200): consul-template holds a blocking query, "+
+		"and so a connection, per service plus one for the service list (S+1). File descriptor limit of every process: %d.\n",
+		o.changes, o.interval, o.seed, "1.14.11", maxConns, o.nofileInForce)
+	fmt.Fprintln(w, "(×N): seamless's value over consul-template's in the same catalog and mode. "+
+		"change → file: from the Consul write returning to the first read of the rendered file that holds the new address "+
+		"(consul-template's destination; seamless's haproxy.cfg); the file is read on every inotify event for it, a stat every 100ms backs that up. "+
+		"change → served (built-in): to the first request through HAProxy (a new connection every -poll) answered by the listener the instance moved to; "+
+		"round robin reaches it within `instances` requests. "+
+		"Consul KiB: response bodies as sent to the tool through its counting proxy, gzip-encoded when the tool asked (headers below); "+
+		"answers: without the blocking queries that only ran out their wait (idle refresh). "+
+		"tool CPU: utime+stime of the tool and the children it waited for (seamless: haproxy -c), not HAProxy's master and workers (below). "+
+		"Consul agent CPU: over the same window, including the benchmark's own writes. RSS: the tool's process after the changes; peak is VmHWM.")
+	for _, r := range results {
+		name := fmt.Sprintf("%s %s (%s)", r.size, r.tool.title, r.mode())
+		if r.asked > 0 {
+			t := r.traffic
+			all := t.total()
+			var classes []string
+			for _, c := range pathClasses {
+				if v := t.Class[c]; v.Requests > 0 {
+					classes = append(classes, fmt.Sprintf("%s %d (%.1f KiB)", c, v.Requests, float64(v.Body)/1024))
+				}
+			}
+			var kinds []string
+			for k, v := range t.Kind {
+				kinds = append(kinds, fmt.Sprintf("%s %d (%.1f KiB)", kindNames[k], v.Requests, float64(v.Body)/1024))
+			}
+			fmt.Fprintf(w, "- %s: %d/%d changes in the file (%d file reads)", name, len(r.rendered), r.asked, r.reads)
+			if r.tool == toolBuiltin {
+				fmt.Fprintf(w, ", %d/%d served (%d requests)", len(r.served), r.asked, r.probes)
+			}
+			fmt.Fprintf(w, "; catalog registered in %s, whole catalog in the file %s after start; over %s: requests by path %s; answers %s; "+
+				"%d of %d answers gzip (%d asked for it); headers %.1f KiB; connections to the proxy: %d opened during the changes, at most %d open; "+
+				"tool CPU %s, HAProxy CPU %s (not in the tool's); RSS when loaded %.1f MiB",
+				r.register.Round(time.Millisecond), r.ready.Round(time.Millisecond), r.window.Round(time.Millisecond),
+				strings.Join(classes, ", "), strings.Join(kinds, ", "), t.Gzip, all.Requests, t.AcceptGzip,
+				float64(all.Header)/1024, t.Conns, t.PeakOpen, fmtMs(r.cpu), fmtMs(r.haproxy), float64(r.rssLoaded)/(1<<20))
+			if r.applies != "" {
+				fmt.Fprintf(w, "; applies: %s", r.applies)
+			}
+			fmt.Fprintln(w)
+		}
+		if r.logs != "" {
+			fmt.Fprintf(w, "- %s: %s\n", name, r.logs)
+		}
+		if r.err != nil {
+			first, _, _ := strings.Cut(r.err.Error(), "\n")
+			fmt.Fprintf(w, "- %s error: %s\n", name, first)
+		}
+	}
+}
+
+func (r peerResult) mode() string {
+	if r.together {
+		return "together"
+	}
+	return "alone"
+}
+
+// answers is the traffic less the idle refreshes.
+func (c proxyCounts) answers() traffic {
+	return c.Kind[kindFirst].add(c.Kind[kindChange])
+}
+
+// peerBaseline is consul-template's row for r's catalog and mode; nil for
+// consul-template's own row or when it did not run.
+func peerBaseline(results []peerResult, r peerResult) *peerResult {
+	if r.tool == toolCT {
+		return nil
+	}
+	for i, b := range results {
+		if b.tool == toolCT && b.size == r.size && b.together == r.together && len(b.rendered) > 0 {
+			return &results[i]
+		}
+	}
+	return nil
+}
+
+// ratio formats a/b as "12×", "1.4×", "0.04×"; "–" when b is 0.
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "–"
+	}
+	switch x := a / b; {
+	case x >= 10:
+		return fmt.Sprintf("%.0f×", x)
+	case x >= 0.1:
+		return fmt.Sprintf("%.1f×", x)
+	default:
+		return fmt.Sprintf("%.2f×", x)
+	}
+}
+
+// fmtMsN formats d in milliseconds without the unit: "8.4", "748".
+func fmtMsN(d time.Duration) string {
+	ms := float64(d) / float64(time.Millisecond)
+	if ms >= 100 {
+		return fmt.Sprintf("%.0f", ms)
+	}
+	return fmt.Sprintf("%.1f", ms)
+}
+
+func mdEscape(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
