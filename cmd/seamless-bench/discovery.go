@@ -107,6 +107,9 @@ func startDiscovery(o discoveryOpts) (*discoveryRun, error) {
 		"SEAMLESS_SOURCES=consul",
 		"CONSUL_HTTP_ADDR="+o.consul,
 		"SEAMLESS_HTTP_BIND="+o.addrs[0],
+		// No HTTPS frontend: its default :443 would collide between
+		// benchmarks, and no benchmark here measures it.
+		"SEAMLESS_HTTPS_BIND=",
 		"SEAMLESS_STATS_BIND="+o.addrs[1],
 		"SEAMLESS_STATUS_ADDR="+o.addrs[2],
 		"SEAMLESS_STATE_DIR="+d.stateDir,
