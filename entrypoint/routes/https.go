@@ -42,7 +42,7 @@ func (b bind) reserve(reserved map[int]string) {
 type viewHTTPS struct {
 	Bind     string
 	CrtList  string
-	ACMEMap  string // "" without ACME
+	ACMEMap  string          // "" without ACME
 	redirect map[string]bool // HTTP backends that send plain HTTP to HTTPS
 }
 
