@@ -35,9 +35,9 @@ type acmeUser struct {
 	reg   *acme.ExtendedAccount
 }
 
-func (u *acmeUser) GetEmail() string                        { return u.email }
+func (u *acmeUser) GetEmail() string                       { return u.email }
 func (u *acmeUser) GetRegistration() *acme.ExtendedAccount { return u.reg }
-func (u *acmeUser) GetPrivateKey() crypto.Signer            { return u.key }
+func (u *acmeUser) GetPrivateKey() crypto.Signer           { return u.key }
 
 func (a *ACME) accountDir() string {
 	h := sha256.Sum256([]byte(a.o.CA))
