@@ -310,6 +310,13 @@ func (a *ACME) order(ctx context.Context, host string) (*acmeCert, error) {
 	}
 	a.log.Info("ordering a certificate", "host", host, "ca", a.o.CA)
 	res, err := c.Certificate.Obtain(ctx, certificate.ObtainRequest{Domains: []string{host}, Bundle: true, KeyType: certcrypto.EC256})
+	var pd *acme.ProblemDetails
+	if errors.As(err, &pd) && pd.Type == acme.AccountDoesNotExistErrorType {
+		// The CA forgot the account (a reset test CA, a deactivation):
+		// the next attempt registers again with the same key.
+		a.client = nil
+		a.forgetAccount()
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -96,6 +96,13 @@ func (a *ACME) saveAccount(u *acmeUser) error {
 	return nil
 }
 
+// forgetAccount drops the stored registration, keeping the key.
+func (a *ACME) forgetAccount() {
+	if err := os.Remove(filepath.Join(a.accountDir(), "account.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		a.log.Warn("cannot remove the ACME account's registration", "err", err)
+	}
+}
+
 // acmeCert is a certificate ACME obtained for one host.
 type acmeCert struct {
 	*Entry

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
+	"fmt"
 	"log/slog"
 	"math/big"
 	"os"
@@ -18,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-acme/lego/v5/acme"
 	legolog "github.com/go-acme/lego/v5/log"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/seamless-lb/seamless/entrypoint/haproxy"
@@ -41,7 +44,8 @@ type acmeRig struct {
 	logs        *logBuffer
 	haproxyOut  *logBuffer
 	state       string
-	run         func() // starts ACME and the Installer
+	hosts       chan []string // what the renderer reports
+	run         func()        // starts ACME and the Installer
 }
 
 type rigOptions struct {
@@ -88,6 +92,7 @@ func newACMERig(t *testing.T, o rigOptions) (*acmeRig, *testenv.PebbleServer) {
 
 	// The built-in configuration routing every host to a backend.
 	hostsCh := make(chan []string, 1)
+	r.hosts = hostsCh
 	rend, err := routes.New(routes.Options{HTTPBind: r.http, HTTPSBind: r.https, CrtList: inst.CrtList(), ACMEMap: ch.File(),
 		Hosts: func(h []string) { hostsCh <- h }}, nil)
 	if err != nil {
@@ -301,5 +306,72 @@ func TestACMEErrorsAreRetriedWithBackoffWhileTheDefaultCertificateServes(t *test
 	})
 	if now := r.reloads(t); now != before {
 		t.Fatalf("HAProxy reloaded %d times", now-before)
+	}
+}
+
+func TestACMERegistersAgainWhenTheCAForgetsTheAccount(t *testing.T) {
+	r, peb := newACMERig(t, rigOptions{
+		pebble: func(port int) *testenv.PebbleServer { return testenv.Pebble(t, testenv.PebbleOptions{HTTPPort: port}) },
+		hosts:  []string{"app.test"}, retryMin: 200 * time.Millisecond,
+	})
+	r.run()
+	roots := peb.Roots()
+	testenv.Eventually(t, 20*time.Second, "app.test is served", func() bool {
+		_, err := verified(r.https, "app.test", roots)
+		return err == nil
+	})
+	// A restarted Pebble knows no account: the stored one is refused.
+	peb.Stop()
+	peb.Start()
+	roots = peb.Roots()
+	r.hosts <- []string{"app.test", "new.test"}
+	testenv.Eventually(t, 20*time.Second, "new.test is served by the restarted CA", func() bool {
+		_, err := verified(r.https, "new.test", roots)
+		return err == nil
+	})
+	if n := strings.Count(r.logs.String(), "ACME account registered"); n != 2 {
+		t.Fatalf("%d registrations, want 2", n)
+	}
+}
+
+func TestACMEBackoffDoublesAndRespectsRetryAfter(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ch, err := NewChallenges(filepath.Join(t.TempDir(), "challenges.map"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewACMEMetrics()
+	a, err := NewACME(ACMEOptions{CA: LetsEncryptStaging, Email: "ops@example.com", Dir: t.TempDir(), Challenges: ch,
+		Metrics: m, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, backoff := map[string]time.Time{}, map[string]time.Duration{}
+	fail := func(err error) time.Duration {
+		a.result(orderResult{host: "app.test", err: err}, next, backoff)
+		return next["app.test"].Sub(now)
+	}
+	plain := errors.New("connection refused")
+	for i, want := range []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute} {
+		if got := fail(plain); got != want {
+			t.Fatalf("failure %d: retry in %s, want %s", i+1, got, want)
+		}
+	}
+	limited := &acme.RateLimitedError{ProblemDetails: &acme.ProblemDetails{Type: acme.RateLimitedErrorType, HTTPStatus: 429},
+		RetryAfter: 3 * time.Hour}
+	if got := fail(fmt.Errorf("new order: %w", limited)); got != 3*time.Hour {
+		t.Fatalf("rate limited: retry in %s, want the CA's Retry-After 3h", got)
+	}
+	for range 10 {
+		fail(plain)
+	}
+	if got := fail(plain); got != 6*time.Hour {
+		t.Fatalf("backoff grows to %s, want at most 6h", got)
+	}
+	if got := testutil.ToFloat64(m.orders.WithLabelValues(OrderRateLimited)); got != 1 {
+		t.Fatalf("rate-limited orders = %v", got)
+	}
+	if got := testutil.ToFloat64(m.orders.WithLabelValues(OrderFailed)); got != 14 {
+		t.Fatalf("failed orders = %v", got)
 	}
 }
