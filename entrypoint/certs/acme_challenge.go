@@ -2,8 +2,10 @@ package certs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"regexp"
 	"slices"
 	"strings"
@@ -86,11 +88,21 @@ func (c *Challenges) write() error {
 }
 
 // do sends cmd to the current worker: add map and del map answer nothing
-// on success.
+// on success. A master CLI that cannot be reached yet (HAProxy still
+// starting: the first hosts are ordered at once) is tried again for a
+// while; nothing was sent.
 func (c *Challenges) do(ctx context.Context, cmd string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	ans, err := c.cli.Do(ctx, "@1 "+cmd)
+	for dialFailed(err) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", strings.Join(strings.Fields(cmd)[:2], " "), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		ans, err = c.cli.Do(ctx, "@1 "+cmd)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", strings.Join(strings.Fields(cmd)[:2], " "), err)
 	}
@@ -98,4 +110,10 @@ func (c *Challenges) do(ctx context.Context, cmd string) error {
 		return fmt.Errorf("%s: HAProxy answered %s", strings.Join(strings.Fields(cmd)[:2], " "), describe(firstLine(a)))
 	}
 	return nil
+}
+
+// dialFailed reports whether err is a connection that never opened.
+func dialFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
