@@ -6,7 +6,7 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 CACHE := $(CURDIR)/.cache
 
-.PHONY: all build deps test test-matrix test-docker image consul consul-template demo demo-reload bench-reload clean \
+.PHONY: all build deps test test-matrix test-docker image consul consul-template pebble demo demo-reload bench-reload clean \
 	image-consul image-demo-backend compose-consul compose-file compose-docker compose-down \
 	bench-propagation bench-scale bench-peer
 
@@ -51,11 +51,15 @@ CONSUL_VERSION := 1.14.11
 CONSUL := $(TEST_CACHE)/consul/consul-$(CONSUL_VERSION)
 CONSUL_TEMPLATE_VERSION := 0.41.1
 CONSUL_TEMPLATE := $(TEST_CACHE)/consul-template/consul-template-$(CONSUL_TEMPLATE_VERSION)
+PEBBLE_VERSION := 2.10.3
+PEBBLE := $(TEST_CACHE)/pebble/pebble-$(PEBBLE_VERSION)
+CHALLTESTSRV := $(TEST_CACHE)/pebble/pebble-challtestsrv-$(PEBBLE_VERSION)
 MATRIX ?= 3.0 3.2
 
-test: deps $(CONSUL) $(CONSUL_TEMPLATE)
+test: deps $(CONSUL) $(CONSUL_TEMPLATE) $(PEBBLE) $(CHALLTESTSRV)
 	$(GO) vet ./...
-	SEAMLESS_CONSUL_BIN=$(CONSUL) SEAMLESS_CONSUL_TEMPLATE_BIN=$(CONSUL_TEMPLATE) $(GO) test -p 1 -count=1 -timeout 30m ./...
+	SEAMLESS_CONSUL_BIN=$(CONSUL) SEAMLESS_CONSUL_TEMPLATE_BIN=$(CONSUL_TEMPLATE) \
+		SEAMLESS_PEBBLE_BIN=$(PEBBLE) SEAMLESS_CHALLTESTSRV_BIN=$(CHALLTESTSRV) $(GO) test -p 1 -count=1 -timeout 30m ./...
 	$(MAKE) test-matrix
 	$(MAKE) test-docker
 
@@ -164,6 +168,17 @@ consul-template: $(CONSUL_TEMPLATE)
 $(CONSUL_TEMPLATE):
 	@mkdir -p $(dir $@)
 	cd tools/consul-template && CGO_ENABLED=0 $(GO) build -trimpath -o $@.tmp github.com/hashicorp/consul-template && mv $@.tmp $@
+
+# Pebble, Let's Encrypt's ACME test server, and its challenge test server
+# (DNS answering 127.0.0.1 for every name), which the ACME tests obtain
+# certificates from (entrypoint/certs); a tool module of its own too.
+pebble: $(PEBBLE) $(CHALLTESTSRV)
+$(PEBBLE):
+	@mkdir -p $(dir $@)
+	cd tools/pebble && CGO_ENABLED=0 $(GO) build -trimpath -o $@.tmp github.com/letsencrypt/pebble/v2/cmd/pebble && mv $@.tmp $@
+$(CHALLTESTSRV):
+	@mkdir -p $(dir $@)
+	cd tools/pebble && CGO_ENABLED=0 $(GO) build -trimpath -o $@.tmp github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv && mv $@.tmp $@
 
 # Validated, lossless reload of the running demo (edit demo/haproxy.cfg first).
 demo-reload:

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	legolog "github.com/go-acme/lego/v5/log"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/seamless-lb/seamless/entrypoint/certs"
 	"github.com/seamless-lb/seamless/entrypoint/config"
@@ -27,6 +28,25 @@ func crtList(cfg *config.Config, stateDir string) string {
 	return filepath.Join(certsDir(stateDir), "crt-list")
 }
 
+// acmeEnabled reports whether ACME obtains certificates for the routed hosts.
+func acmeEnabled(cfg *config.Config) bool { return httpsEnabled(cfg) && cfg.ACMEEmail != "" }
+
+// httpsFiles is what the built-in template's HTTPS frontend is rendered
+// with: the crt-list and the ACME challenge map under a state directory
+// ("" when unused), and who is told the hosts routed (nil: nobody).
+type httpsFiles struct {
+	crtList, acmeMap string
+	hosts            func([]string)
+}
+
+func httpsFilesAt(cfg *config.Config, stateDir string, hosts func([]string)) httpsFiles {
+	f := httpsFiles{crtList: crtList(cfg, stateDir), hosts: hosts}
+	if acmeEnabled(cfg) {
+		f.acmeMap = filepath.Join(stateDir, "acme-challenges.map")
+	}
+	return f
+}
+
 // certsDir is where the installed certificates and the crt-list live.
 func certsDir(stateDir string) string { return filepath.Join(stateDir, "certs") }
 
@@ -34,10 +54,34 @@ func certsDir(stateDir string) string { return filepath.Join(stateDir, "certs") 
 // HAProxy starts, then changed over the runtime API as SEAMLESS_CERTS_DIR
 // changes.
 type httpsCerts struct {
-	inst *certs.Installer
-	dir  *certs.Dir // nil without SEAMLESS_CERTS_DIR
-	wg   sync.WaitGroup
-	stop context.CancelFunc
+	inst  *certs.Installer
+	dir   *certs.Dir  // nil without SEAMLESS_CERTS_DIR
+	acme  *certs.ACME // nil without SEAMLESS_ACME_EMAIL
+	hosts chan []string
+	wg    sync.WaitGroup
+	stop  context.CancelFunc
+}
+
+// hostsFunc is what the renderer tells the hosts it routes; nil without
+// ACME, which alone needs them.
+func (h *httpsCerts) hostsFunc() func([]string) {
+	if h == nil || h.acme == nil {
+		return nil
+	}
+	return func(hosts []string) {
+		// Only the newest list matters: replace one not read yet.
+		for {
+			select {
+			case h.hosts <- hosts:
+				return
+			default:
+			}
+			select {
+			case <-h.hosts:
+			default:
+			}
+		}
+	}
 }
 
 // prepareCerts makes the default certificate and writes the certificates
@@ -63,6 +107,31 @@ func prepareCerts(cfg *config.Config, stateDir string, cli certs.CLI, reload fun
 			return nil, fmt.Errorf("SEAMLESS_CERTS_DIR: %w", err)
 		}
 	}
+	if acmeEnabled(cfg) {
+		f := httpsFilesAt(cfg, stateDir, nil)
+		ch, err := certs.NewChallenges(f.acmeMap, cli)
+		if err != nil {
+			return nil, fmt.Errorf("SEAMLESS_ACME_EMAIL: %w", err)
+		}
+		if cli != nil { // not for a check, which only needs the map file
+			var am *certs.ACMEMetrics
+			if reg != nil {
+				am = certs.NewACMEMetrics()
+				reg.MustRegister(am)
+			}
+			legolog.SetDefault(log.With("component", "acme", "library", "lego"))
+			h.acme, err = certs.NewACME(certs.ACMEOptions{CA: cfg.ACMECA, Email: cfg.ACMEEmail, CABundle: cfg.ACMECABundle,
+				EABKeyID: cfg.ACMEEABKeyID, EABHMAC: cfg.ACMEEABHMAC, Dir: filepath.Join(stateDir, "acme"),
+				Challenges: ch, Metrics: am, Log: log})
+			if err != nil {
+				return nil, err
+			}
+			h.hosts = make(chan []string, 1)
+			set = h.acme.Initial(set)
+			log.Info("ACME enabled for the routed hosts no SEAMLESS_CERTS_DIR certificate covers", "component", "acme",
+				"ca", cfg.ACMECA, "email", cfg.ACMEEmail, "challenge_map", f.acmeMap)
+		}
+	}
 	if err := inst.Prepare(set); err != nil {
 		return nil, fmt.Errorf("SEAMLESS_HTTPS_BIND: %w", err)
 	}
@@ -71,16 +140,27 @@ func prepareCerts(cfg *config.Config, stateDir string, cli certs.CLI, reload fun
 	return h, nil
 }
 
-// run watches SEAMLESS_CERTS_DIR and installs its changes until stop.
+// run watches SEAMLESS_CERTS_DIR, orders what ACME must, and installs
+// the changes until stop.
 func (h *httpsCerts) run() {
-	if h.dir == nil {
+	if h.dir == nil && h.acme == nil {
 		h.stop = func() {}
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stop = cancel
 	ch := make(chan certs.Set)
-	h.wg.Go(func() { h.dir.Run(ctx, ch) })
+	if h.acme == nil {
+		h.wg.Go(func() { h.dir.Run(ctx, ch) })
+	} else {
+		// ACME adds its certificates to the directory's.
+		var dirSets chan certs.Set
+		if h.dir != nil {
+			dirSets = make(chan certs.Set)
+			h.wg.Go(func() { h.dir.Run(ctx, dirSets) })
+		}
+		h.wg.Go(func() { h.acme.Run(ctx, dirSets, h.hosts, ch) })
+	}
 	h.wg.Go(func() { h.inst.Run(ctx, ch) })
 }
 

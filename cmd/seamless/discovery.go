@@ -76,8 +76,9 @@ func newRawSources(cfg *config.Config, log *slog.Logger) ([]model.Source, error)
 
 // rendererFactory returns what builds the renderer: the user's template,
 // parsed again at every call (SIGHUP) and recorded in cur, or the built-in
-// one, whose HTTPS frontend binds with crtList ("": no HTTPS frontend).
-func rendererFactory(cfg *config.Config, crtList string, reg prometheus.Registerer, log *slog.Logger, cur *currentTemplate) func() (model.Renderer, error) {
+// one, whose HTTPS frontend binds with https's files (crt-list "": no
+// HTTPS frontend).
+func rendererFactory(cfg *config.Config, https httpsFiles, reg prometheus.Registerer, log *slog.Logger, cur *currentTemplate) func() (model.Renderer, error) {
 	health := model.ParseHealth(cfg.ConsulHealth)
 	table := routes.NewSlotTable() // outlives the renderers SIGHUP makes
 	refusals := routes.NewRefusals()
@@ -97,13 +98,14 @@ func rendererFactory(cfg *config.Config, crtList string, reg prometheus.Register
 		}
 	}
 	httpsBind := ""
-	if crtList != "" {
+	if https.crtList != "" {
 		httpsBind = cfg.HTTPSBind
 	}
 	return func() (model.Renderer, error) {
 		return routes.New(routes.Options{HTTPBind: cfg.HTTPBind, StatsBind: cfg.StatsBind, StatusAddr: cfg.StatusAddr, Health: health,
 			Slots: cfg.ServerSlots, DrainTimeout: cfg.DrainTimeout, StateFile: serverStateFile(cfg), Table: table,
-			Sources: cfg.SourceList(), Refusals: refusals, HTTPSBind: httpsBind, CrtList: crtList}, log)
+			Sources: cfg.SourceList(), Refusals: refusals, HTTPSBind: httpsBind, CrtList: https.crtList,
+			ACMEMap: https.acmeMap, Hosts: https.hosts}, log)
 	}
 }
 
@@ -129,7 +131,7 @@ type discovery struct {
 // SEAMLESS_STATE_DIR/haproxy.cfg, which cl is pointed at. The reloader is
 // given later, once it exists.
 func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.CommandLine, validate func(context.Context, string) error,
-	reloader func() *reload.Reloader, cli *haproxy.MasterCLI, m *metrics.Metrics, log *slog.Logger) (*discovery, error) {
+	reloader func() *reload.Reloader, cli *haproxy.MasterCLI, m *metrics.Metrics, hosts func([]string), log *slog.Logger) (*discovery, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return nil, fmt.Errorf("SEAMLESS_STATE_DIR: %w", err)
 	}
@@ -148,7 +150,7 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 	cur := &currentTemplate{}
 	opts := apply.Options{
 		Sources:      sources,
-		NewRenderer:  rendererFactory(cfg, crtList(cfg, cfg.StateDir), m.Registry, log, cur),
+		NewRenderer:  rendererFactory(cfg, httpsFilesAt(cfg, cfg.StateDir, hosts), m.Registry, log, cur),
 		Path:         cl.ConfigFiles[0],
 		StateDir:     cfg.StateDir,
 		Wait:         cfg.Wait,
@@ -279,7 +281,7 @@ func render(ctx context.Context, cfg *config.Config, bin string, args []string, 
 	cur := &currentTemplate{}
 	// The saved snapshots of a running seamless are read, never written.
 	a, err := apply.New(apply.Options{
-		Sources: sources, NewRenderer: rendererFactory(cfg, crtList(cfg, certsAt), nil, log, cur),
+		Sources: sources, NewRenderer: rendererFactory(cfg, httpsFilesAt(cfg, certsAt, nil), nil, log, cur),
 		Path: filepath.Join(dir, renderedName), StateDir: cfg.StateDir, ReadOnly: true,
 		StartTimeout: cfg.DiscoveryTimeout,
 		Validate:     func(context.Context, string) error { return nil },

@@ -111,7 +111,7 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 			return candidateValidator(checker, cl.ConfigFiles[0])(ctx, cand)
 		}
 		disc, err = startDiscovery(startCtx, cfg, cl, validate, func() *reload.Reloader { return rl },
-			haproxy.NewMasterCLI(cl.MasterSocket), m, log)
+			haproxy.NewMasterCLI(cl.MasterSocket), m, hc.hostsFunc(), log)
 		if err != nil && startCtx.Err() != nil {
 			if sig := endWatch(); sig != nil {
 				return stoppedStarting(sig, log)

@@ -47,6 +47,11 @@ type Config struct {
 	HTTPSBind        string        `envconfig:"HTTPS_BIND" default:":443" desc:"Built-in template: the HTTPS frontend's bind address, routing exactly like the HTTP one, with HTTP/2 (ALPN) and Mozilla's intermediate TLS settings. Certificates come from SEAMLESS_CERTS_DIR, picked by SNI; a self-signed default certificate (made at first start, kept in SEAMLESS_STATE_DIR) answers other names. Empty disables it."`
 	CertsDir         string        `envconfig:"CERTS_DIR" desc:"Built-in template: directory of certificates for the HTTPS frontend, watched: NAME.pem (certificate, chain and key in one file) or NAME.crt with NAME.key. Each is checked (key, chain order, dates, DNS names) and installed over HAProxy's runtime API without a reload; a bad one is refused with a log line naming it. Empty: the default certificate only."`
 	CertsRescan      time.Duration `envconfig:"CERTS_RESCAN" min:"1s" max:"24h" default:"30s" desc:"Period of a full re-read of SEAMLESS_CERTS_DIR, in case a change notification was missed."`
+	ACMEEmail        string        `envconfig:"ACME_EMAIL" desc:"Built-in template: enables ACME. Every exact host a route names (seamless.http.host) that no certificate of SEAMLESS_CERTS_DIR covers gets a certificate from SEAMLESS_ACME_CA, with the HTTP-01 challenge answered by HAProxy's HTTP frontend (port 80 must reach SEAMLESS_HTTP_BIND); renewed two thirds into its lifetime, installed without a reload, kept in SEAMLESS_STATE_DIR/acme. This address is the account's contact; setting it accepts the CA's terms of service."`
+	ACMECA           string        `envconfig:"ACME_CA" default:"https://acme-v02.api.letsencrypt.org/directory" desc:"ACME directory URL: Let's Encrypt by default; its staging environment (https://acme-staging-v02.api.letsencrypt.org/directory) for trials, whose certificates browsers do not trust."`
+	ACMECABundle     string        `envconfig:"ACME_CA_BUNDLE" desc:"PEM file of the roots that the ACME server's own HTTPS certificate is verified with (a private ACME server). Empty: the system's roots."`
+	ACMEEABKeyID     string        `envconfig:"ACME_EAB_KID" desc:"External account binding key ID, for ACME CAs that require one (with SEAMLESS_ACME_EAB_HMAC)."`
+	ACMEEABHMAC      string        `envconfig:"ACME_EAB_HMAC" desc:"External account binding HMAC key, base64url, as the CA gives it (with SEAMLESS_ACME_EAB_KID)."`
 	ServicesDir      string        `envconfig:"SERVICES_DIR" default:"/etc/seamless/services" desc:"Source 'file': directory of service files, one YAML or JSON file per service, watched for changes."`
 	ServicesRescan   time.Duration `envconfig:"SERVICES_RESCAN" min:"1s" max:"24h" default:"30s" desc:"Source 'file': period of a full re-read of SEAMLESS_SERVICES_DIR, in case a change notification was missed."`
 	ConsulHealth     string        `envconfig:"CONSUL_HEALTH" default:"passing" desc:"Instances that receive traffic, by health: passing, passing,warning, or any. Also the default filter of the template function 'service'."`
@@ -181,6 +186,21 @@ func (c *Config) validate() error {
 	}
 	if c.CertsDir != "" && !filepath.IsAbs(c.CertsDir) {
 		bad("CERTS_DIR", "%q is not an absolute path", c.CertsDir)
+	}
+	if c.ACMECABundle != "" && !filepath.IsAbs(c.ACMECABundle) {
+		bad("ACME_CA_BUNDLE", "%q is not an absolute path", c.ACMECABundle)
+	}
+	switch {
+	case c.ACMEEmail == "":
+	case c.HTTPSBind == "":
+		bad("ACME_EMAIL", "ACME needs the HTTPS frontend: SEAMLESS_HTTPS_BIND is empty")
+	case c.Template != "":
+		bad("ACME_EMAIL", "ACME serves the built-in template's hosts: SEAMLESS_TEMPLATE is set")
+	case !c.Discovery():
+		bad("ACME_EMAIL", "ACME serves the hosts discovery routes: SEAMLESS_SOURCES is empty")
+	}
+	if (c.ACMEEABKeyID == "") != (c.ACMEEABHMAC == "") {
+		bad("ACME_EAB_KID", "set SEAMLESS_ACME_EAB_KID and SEAMLESS_ACME_EAB_HMAC together")
 	}
 	for _, st := range strings.Split(c.ConsulHealth, ",") {
 		switch strings.TrimSpace(st) {

@@ -35,6 +35,10 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		{"SEAMLESS_LOG_LEVEL", "loud", "SEAMLESS_LOG_LEVEL"},
 		{"SEAMLESS_RELOAD_TIMEOUT", "0s", "SEAMLESS_RELOAD_TIMEOUT"},
 		{"SEAMLESS_CONSUL_WATCHES", "2", "SEAMLESS_CONSUL_WATCHES"},
+		// ACME serves the built-in template's discovered hosts only.
+		{"SEAMLESS_ACME_EMAIL", "ops@example.com", "SEAMLESS_ACME_EMAIL"},
+		{"SEAMLESS_ACME_CA_BUNDLE", "roots.pem", "SEAMLESS_ACME_CA_BUNDLE"},
+		{"SEAMLESS_ACME_EAB_KID", "kid-1", "SEAMLESS_ACME_EAB_KID"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key+"="+tt.value, func(t *testing.T) {

@@ -29,7 +29,10 @@
 //
 // The HTTPS frontend, when on, routes exactly like the HTTP one (the rules
 // are one template define used by both), with the certificates of a
-// crt-list that the certs package keeps.
+// crt-list that the certs package keeps. With ACME (Options.ACMEMap) the
+// HTTP frontend first answers /.well-known/acme-challenge/TOKEN from a map
+// the certs package fills over the runtime API, and Options.Hosts learns
+// the exact hosts routed once HAProxy runs them.
 //
 // A service's routes are the union of its instances' tags, whatever their
 // health; its servers are the instances that pass the health filter

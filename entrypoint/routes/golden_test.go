@@ -23,6 +23,9 @@ var goldenOpts = Options{HTTPBind: "127.0.0.1:18080", StatsBind: "127.0.0.1:1840
 // writes it with a self-signed certificate.
 const goldenCrtList = "/tmp/seamless-routes-golden/crt-list"
 
+// goldenACMEMap is the ACME golden's challenge map, made empty like the crt-list.
+const goldenACMEMap = "/tmp/seamless-routes-golden/acme-challenges.map"
+
 func healthCatalog() model.State {
 	tags := []string{"seamless.http.host=shop.example"}
 	return catalog(
@@ -103,6 +106,12 @@ var goldens = []struct {
 		inst("bad", "bad-1", "10.0.0.4", 8080, "seamless.http.host=bad.example", "seamless.http.tls=yes"),
 		inst("pg", "pg-1", "10.0.0.5", 5432, "seamless.tcp.port=18443"),
 	)},
+	{name: "acme", opts: Options{HTTPBind: "127.0.0.1:18080", HTTPSBind: "127.0.0.1:18443", CrtList: goldenCrtList,
+		ACMEMap: goldenACMEMap}, st: catalog(
+		// The HTTP frontend answers ACME's HTTP-01 challenges first, even
+		// for a host whose plain HTTP is redirected.
+		inst("shop", "shop-1", "10.0.0.1", 8080, "seamless.http.host=shop.example", "seamless.http.tls=redirect"),
+	)},
 	{name: "stats-off", opts: Options{HTTPBind: "127.0.0.1:18080"}, st: catalog(
 		inst("web", "web-1", "10.0.0.1", 8080, "seamless.http.path=/"),
 		inst("web", "web-2", "10.0.0.2", 8080, "seamless.tcp.port=18404"),
@@ -134,6 +143,9 @@ func TestGoldenHAProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(goldenCrtList, []byte(filepath.Join(filepath.Dir(goldenCrtList), "default.pem")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(goldenACMEMap, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, g := range goldens {

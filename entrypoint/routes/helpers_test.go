@@ -113,6 +113,7 @@ var (
 		regexp.MustCompile(`^    bind (?:[0-9.]+|\[[0-9a-f:]+\])?:[0-9]{1,5} ssl crt-list /[A-Za-z0-9._/-]+ alpn h2,http/1\.1$`),
 		regexp.MustCompile(`^    use_backend ` + tok + ` if(?: \{ var\(txn\.host\) -m (?:str|end) [a-z0-9.-]+ \})?(?: \{ var\(txn\.path\) -m beg /[A-Za-z0-9._~/:@+,;=-]*/ \})?$`),
 		regexp.MustCompile(`^    default_backend ` + tok + `$`),
+		regexp.MustCompile(`^    http-request return status 200 content-type text/plain lf-string "%\[path,field\(4,/\),map\((/[A-Za-z0-9._/-]+)\)\]" if \{ path_beg /\.well-known/acme-challenge/ \} \{ path,field\(4,/\),map\((/[A-Za-z0-9._/-]+)\) -m found \}$`),
 		regexp.MustCompile(`^frontend tcp-[0-9]{1,5}$`),
 		regexp.MustCompile(`^backend ` + tok + `$`),
 		regexp.MustCompile(`^    server ` + tok + ` (?:[a-z0-9._-]+|\[[0-9a-f:.]+\]):[0-9]{1,5} weight [0-9]{1,3}$`),

@@ -10,6 +10,8 @@ import (
 type httpsFrontend struct {
 	bind    bind
 	crtList string
+	acmeMap string
+	hosts   func([]string)
 }
 
 func (o Options) httpsFrontend(httpPort, statsPort int) (*httpsFrontend, error) {
@@ -23,8 +25,10 @@ func (o Options) httpsFrontend(httpPort, statsPort int) (*httpsFrontend, error) 
 		return nil, fmt.Errorf("SEAMLESS_HTTPS_BIND: port %d is SEAMLESS_STATS_BIND's too", b.port)
 	case o.CrtList == "" || !filepath.IsAbs(o.CrtList):
 		return nil, errors.New("SEAMLESS_HTTPS_BIND: the HTTPS frontend needs an absolute crt-list path (internal error)")
+	case o.ACMEMap != "" && !filepath.IsAbs(o.ACMEMap):
+		return nil, errors.New("SEAMLESS_ACME_EMAIL: the ACME challenge map needs an absolute path (internal error)")
 	}
-	return &httpsFrontend{bind: b, crtList: o.CrtList}, nil
+	return &httpsFrontend{bind: b, crtList: o.CrtList, acmeMap: o.ACMEMap, hosts: o.Hosts}, nil
 }
 
 // reserve adds the HTTPS port to the ports no seamless.tcp.port may take.
@@ -38,6 +42,7 @@ func (b bind) reserve(reserved map[int]string) {
 type viewHTTPS struct {
 	Bind     string
 	CrtList  string
+	ACMEMap  string          // "" without ACME
 	redirect map[string]bool // HTTP backends that send plain HTTP to HTTPS
 }
 
@@ -51,11 +56,11 @@ func (v *view) setHTTPS(http bind, rt Routes) error {
 	if http.tls == nil {
 		return nil
 	}
-	v.HTTPS = viewHTTPS{Bind: http.tls.bind.String(), CrtList: http.tls.crtList, redirect: map[string]bool{}}
+	v.HTTPS = viewHTTPS{Bind: http.tls.bind.String(), CrtList: http.tls.crtList, ACMEMap: http.tls.acmeMap, redirect: map[string]bool{}}
 	for _, s := range rt.Services {
 		if s.Redirect && s.HTTPBackend != "" {
 			v.HTTPS.redirect[s.HTTPBackend] = true
 		}
 	}
-	return errors.Join(check("bind", bindRe, v.HTTPS.Bind), check("crt-list", fileRe, v.HTTPS.CrtList))
+	return errors.Join(check("bind", bindRe, v.HTTPS.Bind), check("crt-list", fileRe, v.HTTPS.CrtList), v.checkACMEMap())
 }

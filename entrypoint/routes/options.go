@@ -33,6 +33,13 @@ type Options struct {
 	// writes it; its first line is the default certificate). Required
 	// with HTTPSBind.
 	CrtList string
+	// ACMEMap, with HTTPSBind, is the HAProxy map of ACME HTTP-01 tokens
+	// (token → key authorization, certs.Challenges keeps it) that the HTTP
+	// frontend answers /.well-known/acme-challenge/ from; "" answers none.
+	ACMEMap string
+	// Hosts, with HTTPSBind, is called once HAProxy runs a rendering, with
+	// the exact hosts its HTTP routes name (what ACME may order for).
+	Hosts func([]string)
 	// StatsBind is where the stats page (/haproxy?stats) and the
 	// Prometheus exporter (/metrics) listen (SEAMLESS_STATS_BIND); ""
 	// disables them.

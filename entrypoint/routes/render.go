@@ -97,7 +97,7 @@ func (r *Renderer) Render(st model.State) (model.Rendering, error) {
 	if err != nil || out.Config == nil {
 		return out, err
 	}
-	out.Commit = func() { r.commit(plan, skipped) }
+	out.Commit = func() { r.commit(plan, skipped); r.http.tls.commitHosts(out.Routes) }
 	return out, nil
 }
 

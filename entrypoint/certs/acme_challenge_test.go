@@ -1,0 +1,51 @@
+package certs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// HAProxy is still starting when the first hosts are ordered: a master CLI
+// that cannot be dialled yet is tried again, and the map file is written
+// either way.
+func TestChallengeWaitsForTheMasterCLI(t *testing.T) {
+	var cmds []string
+	cli := cliFunc(func(_ context.Context, cmd string) (string, error) {
+		cmds = append(cmds, cmd)
+		if len(cmds) <= 3 {
+			return "", fmt.Errorf("master CLI /run/master.sock: %w",
+				&net.OpError{Op: "dial", Net: "unix", Err: errors.New("connect: no such file or directory")})
+		}
+		return "\n", nil
+	})
+	file := filepath.Join(t.TempDir(), "challenges.map")
+	c, err := NewChallenges(file, cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Present(context.Background(), "app.test", "tok-1", "tok-1.thumb"); err != nil {
+		t.Fatalf("Present: %v (commands %q)", err, cmds)
+	}
+	if len(cmds) != 4 || cmds[3] != "@1 add map "+file+" tok-1 tok-1.thumb" {
+		t.Fatalf("commands = %q", cmds)
+	}
+	if b, _ := os.ReadFile(file); string(b) != "tok-1 tok-1.thumb\n" {
+		t.Fatalf("map file = %q", b)
+	}
+	// A token that is not base64url never reaches HAProxy.
+	if err := c.Present(context.Background(), "app.test", "a b", "a b.x"); err == nil || !strings.Contains(err.Error(), "app.test") {
+		t.Fatalf("bad token: %v", err)
+	}
+	if err := c.CleanUp(context.Background(), "app.test", "tok-1", "tok-1.thumb"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(file); len(b) != 0 || cmds[len(cmds)-1] != "@1 del map "+file+" tok-1" {
+		t.Fatalf("after CleanUp: map file %q, last command %q", b, cmds[len(cmds)-1])
+	}
+}
