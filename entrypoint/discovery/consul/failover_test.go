@@ -1,8 +1,14 @@
 package consul
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,13 +60,16 @@ func TestFailoverAndBack(t *testing.T) {
 	register(t, a.Client(), "n-a", "10.0.0.1", &api.AgentService{ID: "web1", Service: "web", Port: 1001})
 	register(t, b.Client(), "n-b", "10.0.0.2", &api.AgentService{ID: "web1", Service: "web", Port: 2001})
 
+	// Stale reads under the default bound: real answers pass the check.
 	cfg := Config{Agents: []string{a.Addr(), "http://" + b.Addr()}, probe: 200 * time.Millisecond,
-		WaitTime: 5 * time.Second, Margin: 2 * time.Second}
+		WaitTime: 5 * time.Second, Margin: 2 * time.Second, Stale: true, MaxStale: DefaultMaxStale}
 	r := startSource(t, a.Addr(), cfg, model.LocalCatalog)
 	r.waitFor("the preferred agent's catalog", webAt(1001))
 
+	stopped := time.Now()
 	a.Stop()
 	r.waitFor("the second agent's catalog", webAt(2001))
+	t.Logf("serving the second agent's catalog %s after the preferred agent stopped", time.Since(stopped).Round(time.Millisecond))
 	if want := "failing over to " + b.Addr(); !strings.Contains(r.logged(), want) {
 		t.Errorf("the log does not say %q", want)
 	}
@@ -68,12 +77,53 @@ func TestFailoverAndBack(t *testing.T) {
 	r.waitFor("a change made on the second agent", webAt(2002))
 
 	a.Start()
+	back := time.Now()
 	r.waitFor("the preferred agent's catalog again", webAt(1001))
+	t.Logf("serving the preferred agent's catalog %s after it answered again", time.Since(back).Round(time.Millisecond))
 	if want := "the preferred Consul agent " + a.Addr() + " answers again; back to it from " + b.Addr(); !strings.Contains(r.logged(), want) {
 		t.Errorf("the log does not say %q", want)
 	}
 	register(t, a.Client(), "n-a", "10.0.0.1", &api.AgentService{ID: "web1", Service: "web", Port: 1002})
 	r.waitFor("a change made on the preferred agent", webAt(1002))
+	if st := r.src.Status(); st.Stale {
+		t.Errorf("real answers refused as stale: %s", st.StaleReason)
+	}
+}
+
+// The preferred agent is used again only once it knows a leader: one that
+// answers but has not joined its cluster yet would fail every query.
+func TestFailbackWaitsForALeader(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		leader = `""`
+		probes int
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r.URL.Path == "/v1/status/leader" {
+			probes++
+		}
+		fmt.Fprint(w, leader)
+	}))
+	defer srv.Close()
+	probed := func() int { mu.Lock(); defer mu.Unlock(); return probes }
+	f := &failoverTransport{next: http.DefaultTransport, scheme: "http", hosts: []string{srv.Listener.Addr().String(), "127.0.0.1:1"},
+		probe: 10 * time.Millisecond, log: slog.New(slog.DiscardHandler)}
+	f.cur.Store(1) // failed over
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	testenv.Eventually(t, wait, "three probes", func() bool { return probed() >= 3 })
+	if f.cur.Load() != 1 {
+		t.Fatal("back to a preferred agent that knows no leader")
+	}
+	mu.Lock()
+	leader = `"127.0.0.1:8300"`
+	mu.Unlock()
+	testenv.Eventually(t, wait, "back to the preferred agent", func() bool { return f.cur.Load() == 0 })
 }
 
 func TestParseAgents(t *testing.T) {
