@@ -116,10 +116,12 @@ func TestFailbackWaitsForALeader(t *testing.T) {
 	go func() { defer close(done); f.run(ctx) }()
 	defer func() { cancel(); <-done }()
 
-	testenv.Eventually(t, wait, "three probes", func() bool { return probed() >= 3 })
-	if f.cur.Load() != 1 {
-		t.Fatal("back to a preferred agent that knows no leader")
-	}
+	testenv.Eventually(t, wait, "three probes", func() bool {
+		if f.cur.Load() != 1 {
+			t.Fatal("back to a preferred agent that knows no leader")
+		}
+		return probed() >= 3
+	})
 	mu.Lock()
 	leader = `"127.0.0.1:8300"`
 	mu.Unlock()
