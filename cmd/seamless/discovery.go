@@ -47,7 +47,7 @@ func newRawSources(cfg *config.Config, log *slog.Logger) ([]model.Source, error)
 		case config.SourceConsul:
 			s, err := consul.New(consul.Config{
 				TagFilter: cfg.ConsulTag, Datacenter: cfg.ConsulDatacenter, Stale: cfg.ConsulStale,
-				Watches: cfg.ConsulWatches,
+				Watches: cfg.ConsulWatches, MaxStale: cfg.ConsulMaxStale, Agents: cfg.ConsulAgents(),
 			}, log)
 			if err != nil {
 				return nil, err

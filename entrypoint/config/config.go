@@ -63,6 +63,8 @@ type Config struct {
 	DockerRescan     time.Duration `envconfig:"DOCKER_RESCAN" min:"1s" max:"24h" default:"30s" desc:"Source 'docker': period of a full re-list of the containers, in case an event was missed."`
 	ConsulStale      bool          `envconfig:"CONSUL_STALE" default:"false" desc:"Source 'consul': allow stale reads from any Consul server instead of the leader; spreads the load of many load-balancer replicas."`
 	ConsulWatches    int           `envconfig:"CONSUL_WATCHES" min:"3" max:"100000" default:"128" desc:"Source 'consul': most blocking queries (HTTP connections to the agent) one datacenter's catalog may hold: one per service plus two. A catalog with more services is read with one query for the whole catalog at every change, logged as a warning. Keep it under the agent's http_max_conns_per_client (default 200), with room for the KV watches."`
+	ConsulMaxStale   time.Duration `envconfig:"CONSUL_MAX_STALE" min:"1s" max:"24h" off:"0" default:"10s" desc:"Source 'consul': an answer from a Consul server that last heard from its leader longer ago than this (X-Consul-LastContact), or knows no leader, is not used: the last good data keeps serving, the source is stale (/readyz degraded, seamless_source_stale) and the query is retried. Only stale reads (SEAMLESS_CONSUL_STALE) can be that far behind. Default: two Raft election timeouts of Consul's default timing. 0: no bound."`
+	ConsulAddrs      string        `envconfig:"CONSUL_ADDRS" desc:"Source 'consul': several Consul agents, comma-separated host:port or http(s)://host:port, in order of preference (the local agent first). Requests go to the first that accepts a connection and move to the next when it cannot be reached; the first is probed every 5s and used again once it answers with a leader. Empty: the one agent of CONSUL_HTTP_ADDR, which, when also set, must name the first agent of this list."`
 
 	// The removal guard (entrypoint/discovery/guard).
 	RemovalGuard int           `envconfig:"REMOVAL_GUARD" min:"0" max:"100" default:"50" desc:"Percent of a source's instances that one snapshot may remove at once: a larger removal, of more than one instance, is held for SEAMLESS_REMOVAL_HOLD with the instances in their last known state (a Consul restarted empty), then applied if the source still reports them gone. 100: held only when all go. 0 disables the guard."`
@@ -90,6 +92,17 @@ func (c *Config) SourceList() []string {
 	for s := range strings.SplitSeq(c.Sources, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// ConsulAgents is SEAMLESS_CONSUL_ADDRS as a list; nil when unset.
+func (c *Config) ConsulAgents() []string {
+	var out []string
+	for a := range strings.SplitSeq(c.ConsulAddrs, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
 		}
 	}
 	return out
@@ -208,6 +221,24 @@ func (c *Config) validate() error {
 		default:
 			bad("CONSUL_HEALTH", "%q: %q is not one of passing, warning, critical, maintenance, any", c.ConsulHealth, st)
 		}
+	}
+	schemes := map[string]bool{}
+	for _, a := range c.ConsulAgents() {
+		scheme, hp, found := strings.Cut(a, "://")
+		if !found {
+			scheme, hp = "http", a
+		}
+		schemes[scheme] = true
+		host, port, err := net.SplitHostPort(hp)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || host == "" || n < 1 || n > 65535 || (scheme != "http" && scheme != "https") {
+			bad("CONSUL_ADDRS", "%q: agent %q is not host:port or http(s)://host:port", c.ConsulAddrs, a)
+		}
+	}
+	if len(schemes) > 1 {
+		bad("CONSUL_ADDRS", "%q mixes http and https; the agents share one TLS configuration", c.ConsulAddrs)
+	}
+	if c.ConsulAddrs != "" && slices.ContainsFunc(strings.Split(c.ConsulAddrs, ","), func(s string) bool { return strings.TrimSpace(s) == "" }) {
+		bad("CONSUL_ADDRS", "%q has an empty entry; list agents as host:port, e.g. 127.0.0.1:8500,consul-b:8500", c.ConsulAddrs)
 	}
 	if _, _, err := c.Delims(); err != nil {
 		bad("TEMPLATE_DELIMITERS", "%q: %v", c.TemplateDelimiters, err)

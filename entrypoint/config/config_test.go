@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -117,6 +118,11 @@ func TestOutOfRangeValuesFromTheFieldAreRefused(t *testing.T) {
 		{"SEAMLESS_HARD_STOP_AFTER", "99999h"},
 		{"SEAMLESS_SOURCES", ","},
 		{"SEAMLESS_SOURCES", "consul,,file"},
+		{"SEAMLESS_CONSUL_ADDRS", "127.0.0.1:8500,,127.0.0.1:8501"},
+		{"SEAMLESS_CONSUL_ADDRS", "127.0.0.1:8500,consul-b"},
+		{"SEAMLESS_CONSUL_ADDRS", "unix:///run/consul.sock,127.0.0.1:8500"},
+		{"SEAMLESS_CONSUL_ADDRS", "127.0.0.1:8500,https://consul-b:8501"},
+		{"SEAMLESS_CONSUL_MAX_STALE", "100ms"},
 	} {
 		t.Run(tt.key+"="+tt.value, func(t *testing.T) {
 			t.Setenv(tt.key, tt.value)
@@ -194,5 +200,19 @@ func TestEveryNumberHasARange(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+func TestConsulAgents(t *testing.T) {
+	t.Setenv("SEAMLESS_CONSUL_ADDRS", " 127.0.0.1:8500, http://consul-b:8501 ")
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.ConsulAgents(), []string{"127.0.0.1:8500", "http://consul-b:8501"}; !slices.Equal(got, want) {
+		t.Errorf("agents %q, want %q", got, want)
+	}
+	if c.ConsulMaxStale != 10*time.Second {
+		t.Errorf("default maximum staleness %s, want 10s", c.ConsulMaxStale)
 	}
 }

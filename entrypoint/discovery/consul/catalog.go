@@ -133,6 +133,14 @@ func (f *catalogFetcher) fetch(ctx context.Context) (model.Result, error) {
 // their own.
 func (f *catalogFetcher) paced() bool { return f.split != nil }
 
+// staleness is the per-service watches' staleness, while they serve.
+func (f *catalogFetcher) staleness() (string, bool) {
+	if f.split == nil {
+		return "", false
+	}
+	return f.split.staleness(), true
+}
+
 // close ends the per-service watches.
 func (f *catalogFetcher) close() {
 	if f.split != nil {
@@ -164,7 +172,7 @@ func (f *catalogFetcher) fetchDump(ctx context.Context) (model.Result, error) {
 	if se := (api.StatusError{}); errors.As(err, &se) && se.Code == http.StatusNotFound {
 		f.s.log.Warn("Consul does not serve "+nodeDumpPath+" (a proxy in front of it, or a Consul without it): "+
 			"watching public endpoints instead, with one request per service at every change",
-			"consul", f.s.addr, "answer", se.Body)
+			"consul", f.s.addr(), "answer", se.Body)
 		f.public = &publicCatalog{s: f.s, dc: f.dc, dcName: f.dcName}
 		return f.public.fetch(ctx)
 	}

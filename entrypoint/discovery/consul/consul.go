@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +56,19 @@ type Config struct {
 	// catalog with more services is read with one query on the node dump.
 	// 0 means DefaultWatches.
 	Watches int
+	// MaxStale bounds how far behind its leader the server answering may
+	// be (Consul's X-Consul-LastContact), and refuses answers from a
+	// server that knows no leader: such an answer is not used, the source
+	// is stale, and the query is retried. 0: no bound.
+	MaxStale time.Duration
+	// Agents lists the Consul agents to use, in order of preference,
+	// "host:port" or "http(s)://host:port": requests go to the first that
+	// can be reached, and back to the first once it answers again. Empty:
+	// the one agent of API (CONSUL_HTTP_ADDR).
+	Agents []string
+	// probe is how often the preferred agent is probed while another
+	// serves; 0 means DefaultProbe. Tests shorten it.
+	probe time.Duration
 	// API is the base of the client's configuration; nil means
 	// api.DefaultConfig(), which reads Consul's environment variables.
 	// It is copied, not changed.
@@ -66,7 +81,9 @@ type Source struct {
 	cfg    Config
 	log    *slog.Logger
 	client *api.Client
-	addr   string // scheme://host:port, for messages
+	addr0  string // scheme://host:port of the one agent, for messages
+	// agents moves requests between several agents; nil with one.
+	agents *failoverTransport
 	// addrHint says where addr came from, for messages.
 	addrHint string
 
@@ -132,11 +149,34 @@ func New(cfg Config, log *slog.Logger) (*Source, error) {
 		cfg.Watches = DefaultWatches
 	}
 
+	if cfg.MaxStale < 0 {
+		return nil, fmt.Errorf("consul: maximum staleness %s is negative", cfg.MaxStale)
+	}
+	if cfg.probe <= 0 {
+		cfg.probe = DefaultProbe
+	}
+
 	var ac api.Config
 	if cfg.API != nil {
 		ac = *cfg.API
 	} else {
 		ac = *api.DefaultConfig()
+	}
+	var hosts []string
+	if len(cfg.Agents) > 0 {
+		var scheme string
+		var err error
+		if hosts, scheme, err = parseAgents(cfg.Agents); err != nil {
+			return nil, err
+		}
+		// Two ways to name the agent that disagree: say so rather than
+		// pick one silently.
+		if env := os.Getenv(api.HTTPAddrEnvName); env != "" && cfg.API == nil &&
+			strings.TrimPrefix(strings.TrimPrefix(env, "http://"), "https://") != hosts[0] {
+			return nil, fmt.Errorf("consul: %s=%q and the list of agents %q disagree on the preferred agent: unset %s, or list it first",
+				api.HTTPAddrEnvName, env, strings.Join(cfg.Agents, ","), api.HTTPAddrEnvName)
+		}
+		ac.Address, ac.Scheme = hosts[0], scheme
 	}
 	if ac.HttpClient != nil {
 		hc := *ac.HttpClient // counting must not change the caller's client
@@ -150,7 +190,7 @@ func New(cfg Config, log *slog.Logger) (*Source, error) {
 		cfg:     cfg,
 		log:     log,
 		client:  client,
-		addr:    ac.Scheme + "://" + ac.Address,
+		addr0:   ac.Scheme + "://" + ac.Address,
 		changed: make(chan struct{}, 1),
 		dcPoll:  30 * time.Second,
 		want:    map[model.Query]bool{},
@@ -161,6 +201,8 @@ func New(cfg Config, log *slog.Logger) (*Source, error) {
 		status:  model.SourceStatus{Name: Name},
 	}
 	switch env := os.Getenv(api.HTTPAddrEnvName); {
+	case len(hosts) > 1:
+		s.addrHint = "the current one of the agents " + strings.Join(hosts, ", ")
 	case cfg.API != nil && cfg.API.Address != env:
 		s.addrHint = "as configured"
 	case env != "":
@@ -185,10 +227,26 @@ func New(cfg Config, log *slog.Logger) (*Source, error) {
 		if t.MaxIdleConns != 0 {
 			t.MaxIdleConns = max(t.MaxIdleConns, keep)
 		}
+		if len(hosts) > 1 {
+			t.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+		}
 		next = t
 	}
+	if len(hosts) > 1 {
+		s.agents = &failoverTransport{next: next, scheme: ac.Scheme, hosts: hosts, probe: cfg.probe, log: log}
+		next = s.agents
+	}
+	next = &freshnessTransport{next: next, bound: cfg.MaxStale}
 	ac.HttpClient.Transport = &countingTransport{next: next, started: &s.started, finished: &s.finished, received: &s.received}
 	return s, nil
+}
+
+// addr is the agent requests go to now, scheme://host:port, for messages.
+func (s *Source) addr() string {
+	if s.agents != nil {
+		return s.agents.current()
+	}
+	return s.addr0
 }
 
 // Name is "consul".
@@ -266,6 +324,9 @@ func (s *Source) Run(ctx context.Context, out chan<- model.Snapshot) {
 	}
 	s.runCtx = ctx
 	s.syncWatchesLocked()
+	if s.agents != nil {
+		s.wg.Go(func() { s.agents.run(ctx) })
+	}
 	s.mu.Unlock()
 	defer s.stop()
 	s.signal()

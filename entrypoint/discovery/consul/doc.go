@@ -91,5 +91,18 @@
 // jitter of up to 1/16; every request's deadline adds Config.Margin (15 s).
 // A query that has not answered within that makes the source stale:
 // Status says which query and since when, a warning is logged, and the
-// last good answer keeps serving.
+// last good answer keeps serving. An answer is stale too when the server
+// that gave it last heard from its leader longer than Config.MaxStale ago
+// (X-Consul-LastContact) or knows no leader (X-Consul-KnownLeader): the
+// client's transport turns it into an error, so every kind of query keeps
+// its last good answer, reads afresh and retries after a backoff.
+//
+// # Several agents
+//
+// With Config.Agents, the one api.Client of the source (every watch) sends
+// through a transport that moves to the next agent when the current one
+// cannot be reached, and returns to the first once it names a leader
+// again (failover.go). Indexes are the cluster's: a move between agents
+// of one cluster keeps them, and the rule for an index that went
+// backwards covers a move to anything else.
 package consul

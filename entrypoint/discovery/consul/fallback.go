@@ -90,7 +90,7 @@ func (p *publicCatalog) wait(ctx context.Context) (bool, error) {
 func (p *publicCatalog) fresh(i int, got uint64) uint64 {
 	if prev := p.index[i]; got < prev {
 		p.s.log.Warn("Consul's index went backwards (restarted with less data, or another server answered): starting the query over",
-			"query", wakePaths[i], "consul", p.s.addr, "from", prev, "to", got)
+			"query", wakePaths[i], "consul", p.s.addr(), "from", prev, "to", got)
 	}
 	return nextIndex(0, got)
 }

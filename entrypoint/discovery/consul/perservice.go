@@ -3,6 +3,7 @@ package consul
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -83,6 +84,9 @@ type splitCatalog struct {
 	dirty           bool // a part changed since the last assembly
 	last            *model.Catalog
 	warnedACL       atomic.Bool
+	// stale holds why each sub-watch's latest answer was refused as
+	// stale; a sub-watch that answers well again leaves it.
+	stale map[*sub]string
 
 	// restarted is cancelled (and replaced) when a sub-watch saw the index
 	// go backwards: Consul restarted with less data. Every other
@@ -97,7 +101,7 @@ type splitCatalog struct {
 
 func newSplitCatalog(ctx context.Context, s *Source, dc string, budget int) *splitCatalog {
 	c := &splitCatalog{s: s, dc: dc, budget: budget, events: make(chan event, 64),
-		health: map[string]*sub{}, parts: map[string][]model.Instance{}}
+		health: map[string]*sub{}, parts: map[string][]model.Instance{}, stale: map[*sub]string{}}
 	c.ctx, c.cancel = context.WithCancel(ctx)
 	c.restarted, c.restartCancel = context.WithCancel(c.ctx)
 	c.services = c.start(partServices, "")
@@ -173,12 +177,17 @@ func (c *splitCatalog) fetch(ctx context.Context) (*model.Catalog, error) {
 		)
 		for _, ev := range batch {
 			if !c.current(ev.sub) {
+				delete(c.stale, ev.sub)
 				continue
 			}
 			if ev.err != nil {
 				err = ev.err
+				if r, ok := isStale(ev.err); ok {
+					c.stale[ev.sub] = r
+				}
 				continue
 			}
+			delete(c.stale, ev.sub)
 			answered = true
 			if ev.changed {
 				if over := c.apply(ev); over != nil {
@@ -201,6 +210,19 @@ func (c *splitCatalog) fetch(ctx context.Context) (*model.Catalog, error) {
 	}
 }
 
+// staleness says why the catalog is stale: a sub-watch's latest answer
+// was refused as stale, while others may have answered well.
+func (c *splitCatalog) staleness() string {
+	if len(c.stale) == 0 {
+		return ""
+	}
+	reasons := slices.Sorted(maps.Values(c.stale))
+	if len(reasons) == 1 {
+		return reasons[0]
+	}
+	return fmt.Sprintf("%s (and %d more of its queries)", reasons[0], len(reasons)-1)
+}
+
 // apply takes a changed answer.
 func (c *splitCatalog) apply(ev event) *overBudget {
 	switch ev.sub.kind {
@@ -221,6 +243,7 @@ func (c *splitCatalog) apply(ev event) *overBudget {
 			if _, ok := slices.BinarySearch(want, name); !ok {
 				sb.cancel()
 				delete(c.health, name)
+				delete(c.stale, sb)
 				if _, had := c.parts[name]; had {
 					delete(c.parts, name)
 					c.dirty = true

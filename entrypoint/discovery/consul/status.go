@@ -36,12 +36,15 @@ func (s *Source) Status() model.SourceStatus {
 
 // overdue says why w is stale at now, or "". s.mu is held.
 func (s *Source) overdue(w *watch, now time.Time) string {
+	if w.staleAnswer != "" {
+		return fmt.Sprintf("answers to %s are refused as stale: %s", w.q, w.staleAnswer)
+	}
 	d := now.Sub(w.answered)
 	if d <= s.staleAfter(w.q) {
 		return ""
 	}
 	return fmt.Sprintf("no answer to %s from Consul at %s for %s (its requests answer within %s, plus a margin of %s)",
-		w.q, s.addr, d.Round(100*time.Millisecond), s.staleAfter(w.q)-s.cfg.Margin, s.cfg.Margin)
+		w.q, s.addr(), d.Round(100*time.Millisecond), s.staleAfter(w.q)-s.cfg.Margin, s.cfg.Margin)
 }
 
 // checkStale logs each watch that became overdue since the last check.
@@ -49,7 +52,7 @@ func (s *Source) checkStale(now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, w := range s.watches {
-		if w.stale {
+		if w.stale || w.staleAnswer != "" { // the latter logged on its own
 			continue
 		}
 		if r := s.overdue(w, now); r != "" {
@@ -59,13 +62,15 @@ func (s *Source) checkStale(now time.Time) {
 	}
 }
 
-// succeeded records w's answer r; it is dropped if w was stopped meanwhile.
-func (s *Source) succeeded(w *watch, r model.Result) {
+// succeeded records w's answer r; it is dropped if w was stopped
+// meanwhile. stale says why a part of it is still stale, or is "".
+func (s *Source) succeeded(w *watch, r model.Result, stale string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.watches[w.q] != w {
 		return
 	}
+	s.setStaleAnswerLocked(w, stale)
 	if s.failing[w.q] {
 		delete(s.failing, w.q)
 		s.log.Info("query answered again", "query", w.q.String())
@@ -88,7 +93,9 @@ func (s *Source) succeeded(w *watch, r model.Result) {
 }
 
 // failed records w's error; the first of a series is logged as a warning.
-func (s *Source) failed(w *watch, err error, retry time.Duration) {
+// stale says why w's query is stale, or is "": an answer refused as stale
+// is not a failure of Consul, and is logged once per episode instead.
+func (s *Source) failed(w *watch, err error, retry time.Duration, stale string) {
 	msg := s.explain(w.q, err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -96,6 +103,17 @@ func (s *Source) failed(w *watch, err error, retry time.Duration) {
 		return
 	}
 	s.status.LastError, s.status.LastErrorAt = msg, time.Now()
+	s.setStaleAnswerLocked(w, stale)
+	if _, ok := isStale(err); ok {
+		if s.failing[w.q] {
+			delete(s.failing, w.q) // Consul answers, if not well
+		}
+		if !s.tried[w.q] {
+			s.tried[w.q] = true
+			s.signal()
+		}
+		return
+	}
 	if !s.failing[w.q] {
 		s.log.Warn("Consul query failed; keeping its last answer and retrying", "query", w.q.String(), "err", msg, "retry_in", retry.Round(time.Millisecond))
 	} else {
@@ -120,12 +138,12 @@ func (s *Source) explain(q model.Query, err error) string {
 		switch se.Code {
 		case http.StatusForbidden, http.StatusUnauthorized:
 			return fmt.Sprintf("%s: Consul at %s refused the request (%d %q): the token (%s or %s) lacks %s",
-				what, s.addr, se.Code, body, api.HTTPTokenEnvName, api.HTTPTokenFileEnvName, rightsFor(q))
+				what, s.addr(), se.Code, body, api.HTTPTokenEnvName, api.HTTPTokenFileEnvName, rightsFor(q))
 		default:
-			return fmt.Sprintf("%s: Consul at %s answered %d: %q", what, s.addr, se.Code, body)
+			return fmt.Sprintf("%s: Consul at %s answered %d: %q", what, s.addr(), se.Code, body)
 		}
 	}
-	return fmt.Sprintf("%s: Consul at %s (%s): %v", what, s.addr, s.addrHint, err)
+	return fmt.Sprintf("%s: Consul at %s (%s): %v", what, s.addr(), s.addrHint, err)
 }
 
 // rightsFor names the ACL rights q needs.

@@ -25,6 +25,9 @@ type watch struct {
 	// stale, that it is overdue and was logged so. Both under Source.mu.
 	answered time.Time
 	stale    bool
+	// staleAnswer says why the latest answer was refused as too stale
+	// (SEAMLESS_CONSUL_MAX_STALE), or is "". Under Source.mu.
+	staleAnswer string
 }
 
 // fetcher reads one query. Its first fetch answers at once; every later one
@@ -68,14 +71,14 @@ func (s *Source) runWatch(ctx context.Context, w *watch) {
 			if p, ok := w.f.(interface{ paced() bool }); ok && p.paced() {
 				d = 0 // its queries back off on their own; twice would add up
 			}
-			s.failed(w, err, d)
+			s.failed(w, err, d, staleness(w.f, err))
 			if !sleep(ctx, d) {
 				return
 			}
 			continue
 		}
 		bo.Reset()
-		s.succeeded(w, r)
+		s.succeeded(w, r, staleness(w.f, nil))
 		if !sleep(ctx, minInterval) {
 			return
 		}
@@ -167,7 +170,7 @@ func (c *cursor) answered(got uint64, s *Source, what string) (changed bool) {
 	changed = c.seen == 0 || got != c.seen
 	if c.seen != 0 && got < c.seen && s != nil {
 		s.log.Warn("Consul's index went backwards (restarted with less data, or another server answered): starting the query over",
-			"query", what, "consul", s.addr, "from", c.seen, "to", got)
+			"query", what, "consul", s.addr(), "from", c.seen, "to", got)
 	}
 	c.index = nextIndex(c.wait(), got)
 	c.seen, c.reread = got, false
