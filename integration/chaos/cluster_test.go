@@ -158,7 +158,7 @@ type spec struct {
 	cmd, env    []string
 	wan, lan    bool
 	wanIP       netip.Addr // preassigned wan address, when the command names it
-	publish     []string // container ports published on 127.0.0.1
+	publish     []string   // container ports published on 127.0.0.1
 	// fixed host ports for some of them (kept across a restart)
 	hostPorts map[string]int
 }
