@@ -159,7 +159,7 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 	ready := func() error { return nil }
 	if disc != nil {
 		opts.OnReload = disc.applier.Reload
-		ready = disc.applier.Ready
+		ready = sourcesReady(disc.applier.Ready, disc.applier.Statuses)
 		disc.run()
 		if hc != nil {
 			hc.run()
