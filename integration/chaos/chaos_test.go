@@ -117,12 +117,12 @@ func TestFleetUnderChaos(t *testing.T) {
 		k.addBackend("web", k.agents[0])
 		retired := k.retire("api")
 		// The two replicas whose agents reach the servers follow.
-		k.convergedOn(t, "partitioned: replicas 1 and 2", k.replicas[:2])
+		k.convergedOn(t, "partitioned: replicas 1 and 2", k.replicas[:2], k.agents[:2])
 		partitioned := time.Now()
 		// The cut-off replica keeps serving its last good data, and is
 		// sent a HUP every half second: each re-renders from that data and
 		// reloads, and none loses a request.
-		hups := 0
+		hups, degraded := 0, false
 		var readyz string
 		for tick := time.NewTicker(500 * time.Millisecond); time.Since(partitioned) < 30*time.Second; <-tick.C {
 			k.kill(&r.node, "HUP")
@@ -132,6 +132,9 @@ func TestFleetUnderChaos(t *testing.T) {
 				t.Errorf("replica3 /readyz during the partition: %d %s", code, body)
 			}
 			readyz = strings.TrimSpace(body)
+			// Its reads fail: /readyz stays 200 (the last good data
+			// serves) and names the failing source.
+			degraded = degraded || strings.Contains(readyz, "degraded") && strings.Contains(readyz, "consul")
 			if got := r.serving(); got != nil && !equalSets(got, before) {
 				t.Errorf("replica3 changed what it serves while its agent was cut off: %v, before %v", got, before)
 				break
@@ -139,12 +142,36 @@ func TestFleetUnderChaos(t *testing.T) {
 		}
 		t.Logf("replica3 during the partition: %d HUPs, /readyz %q, seamless_source_up %v", hups, readyz,
 			testenv.Metric(t, r.status, `seamless_source_up{source="consul"}`))
+		if !degraded {
+			t.Errorf("replica3's /readyz never named its failing Consul source during the partition (last %q)", readyz)
+		}
 		k.connect(cut, k.wan, cut.wan)
 		healed := time.Now()
 		k.converged(t, "healed")
 		t.Logf("after the heal the fleet converged in %s", time.Since(healed).Round(100*time.Millisecond))
 		k.stop(retired)
+		testenv.Eventually(t, 30*time.Second, "replica3's /readyz plain ok again", func() bool {
+			code, body := testenv.Get("http://" + r.status + "/readyz")
+			return code == 200 && strings.TrimSpace(body) == "ok"
+		})
 		noFailures("partition")
+		k.atRest(t)
+	})
+
+	t.Run("rolling restart of the servers while api scales up", func(t *testing.T) {
+		for i, srv := range k.servers {
+			k.stop(srv)
+			if i == 0 {
+				k.addBackend("api", k.agents[1])
+			}
+			k.restart(srv)
+			testenv.Eventually(t, 60*time.Second, srv.name+" back: 3 raft peers and a leader", func() bool {
+				var peers []string
+				return getJSON(k.agentAPI()+"/v1/status/peers", &peers) == nil && len(peers) == 3 && k.leader() != ""
+			})
+		}
+		k.converged(t, "servers restarted")
+		noFailures("rolling restart")
 		k.atRest(t)
 	})
 
@@ -190,14 +217,21 @@ func TestFleetUnderChaos(t *testing.T) {
 // fingerprint; it logs how long the replicas took after the catalog.
 func (k *cluster) converged(t *testing.T, step string) {
 	t.Helper()
-	k.convergedOn(t, step, k.replicas)
+	k.convergedOn(t, step, k.replicas, k.agents)
 }
 
-func (k *cluster) convergedOn(t *testing.T, step string, rs []*replica) {
+// convergedOn is converged for some replicas and the agents they read.
+func (k *cluster) convergedOn(t *testing.T, step string, rs []*replica, agents []*node) {
 	t.Helper()
 	want := k.want()
-	testenv.Eventually(t, 90*time.Second, step+": the catalog has exactly the running backends, passing", func() bool {
-		return equalSets(k.catalog(), want)
+	start := time.Now()
+	testenv.Eventually(t, 90*time.Second, step+": every agent's catalog has exactly the running backends, passing", func() bool {
+		for _, a := range agents {
+			if !equalSets(k.catalog(a), want) {
+				return false
+			}
+		}
+		return true
 	})
 	settled := time.Now()
 	var shas, members []string
@@ -221,8 +255,8 @@ func (k *cluster) convergedOn(t *testing.T, step string, rs []*replica) {
 	for _, s := range shas {
 		same = same && s == shas[0]
 	}
-	t.Logf("%s: %d replicas converged %s after the catalog settled (members %.12s; files byte-identical: %v)",
-		step, len(rs), time.Since(settled).Round(100*time.Millisecond), members[0], same)
+	t.Logf("%s: the agents' catalog settled in %s, then %d replicas converged in %s (members %.12s; files byte-identical: %v)",
+		step, settled.Sub(start).Round(100*time.Millisecond), len(rs), time.Since(settled).Round(100*time.Millisecond), members[0], same)
 }
 
 // atRest checks every replica for zombies and at most two HAProxy

@@ -445,8 +445,8 @@ func (k *cluster) aliveMembers() int {
 	return n
 }
 
-// catalog is what Consul's servers say passes, per service.
-func (k *cluster) catalog() map[string][]string {
+// catalog is what agent says passes, per service (read from the servers).
+func (k *cluster) catalog(agent *node) map[string][]string {
 	out := map[string][]string{}
 	for svc := range k.backends {
 		var es []struct {
@@ -455,7 +455,7 @@ func (k *cluster) catalog() map[string][]string {
 				Port    int
 			}
 		}
-		if getJSON(k.agentAPI()+"/v1/health/service/"+svc+"?passing", &es) != nil {
+		if getJSON("http://"+k.published(agent, "8500/tcp")+"/v1/health/service/"+svc+"?passing", &es) != nil {
 			return nil
 		}
 		for _, e := range es {
