@@ -118,7 +118,7 @@ test-docker: image image-consul image-demo-backend
 # replica while the leader is killed, an agent is cut off, a replica is
 # killed. Its own networks and containers, removed when it ends.
 chaos: image image-consul image-demo-backend
-	$(COMPOSE_ENV) $(GO) test -tags docker -count=1 -timeout 15m ./integration/chaos/
+	$(COMPOSE_ENV) $(GO) test -tags docker -count=1 -v -timeout 15m ./integration/chaos/
 
 # Compose: `docker compose` (v2) when the Docker CLI has it, else Debian's
 # docker-compose (v1).

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
@@ -51,6 +52,7 @@ type node struct {
 	id, name string
 	wan, lan netip.Addr // invalid when not on that network
 	agent    *node      // a backend's Consul agent
+	spec     spec       // what it was started with
 }
 
 // cluster is the topology: Consul servers on the "wan" network only;
@@ -167,7 +169,7 @@ type spec struct {
 // test ends (its logs shown first if the test failed).
 func (k *cluster) start(s spec) *node {
 	k.t.Helper()
-	n := &node{name: k.run + "-" + s.name}
+	n := &node{name: k.run + "-" + s.name, spec: s}
 	if s.wan {
 		n.wan = s.wanIP
 		if !n.wan.IsValid() {
@@ -212,7 +214,8 @@ func (k *cluster) start(s spec) *node {
 		if k.t.Failed() {
 			k.t.Logf("logs of %s:\n%s", s.name, k.logs(n, "60"))
 		}
-		if _, err := k.c.ContainerRemove(context.Background(), n.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
+		_, err := k.c.ContainerRemove(context.Background(), n.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		if err != nil && !cerrdefs.IsNotFound(err) { // recreate removed it already
 			k.t.Errorf("remove %s: %v", s.name, err)
 		}
 	})
@@ -223,6 +226,18 @@ func (k *cluster) start(s spec) *node {
 		k.t.Fatalf("start %s: %v", s.name, err)
 	}
 	return n
+}
+
+// recreate removes n with its volumes (its data dir) and starts it again,
+// as it was, with cmd; the new container replaces n's.
+func (k *cluster) recreate(n *node, cmd []string) {
+	k.t.Helper()
+	if _, err := k.c.ContainerRemove(context.Background(), n.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
+		k.t.Fatalf("remove %s: %v", n.name, err)
+	}
+	s := n.spec
+	s.wanIP, s.cmd = n.wan, cmd
+	*n = *k.start(s)
 }
 
 func (k *cluster) connect(n *node, s *subnet, a netip.Addr) {
