@@ -8,7 +8,7 @@ CACHE := $(CURDIR)/.cache
 
 .PHONY: all build deps test test-matrix test-docker image consul consul-template pebble demo demo-reload bench-reload clean \
 	image-consul image-demo-backend compose-consul compose-file compose-docker compose-down \
-	bench-propagation bench-scale bench-peer
+	bench-propagation bench-scale bench-peer chaos
 
 all: build
 
@@ -61,7 +61,7 @@ test: deps $(CONSUL) $(CONSUL_TEMPLATE) $(PEBBLE) $(CHALLTESTSRV)
 	SEAMLESS_CONSUL_BIN=$(CONSUL) SEAMLESS_CONSUL_TEMPLATE_BIN=$(CONSUL_TEMPLATE) \
 		SEAMLESS_PEBBLE_BIN=$(PEBBLE) SEAMLESS_CHALLTESTSRV_BIN=$(CHALLTESTSRV) $(GO) test -p 1 -count=1 -timeout 30m ./...
 	$(MAKE) test-matrix
-	$(MAKE) test-docker
+	$(MAKE) test-docker chaos
 
 # The supervisor and master-CLI tests again against HAProxy 3.0 (trixie)
 # and 3.2 (forky), whose master CLI answers reloads differently from 2.6.
@@ -116,6 +116,13 @@ endef
 test-docker: image image-consul image-demo-backend
 	SEAMLESS_IMAGES="$(foreach v,$(MATRIX),$(IMAGE):haproxy-$(v))" $(COMPOSE_ENV) \
 		$(GO) test -tags docker -count=1 -timeout 20m ./integration/ ./entrypoint/discovery/docker/
+
+# A fleet on a real Consul cluster under faults (integration/chaos): 3
+# servers, 3 client agents, a replica beside each agent, load through every
+# replica while the leader is killed, an agent is cut off, a replica is
+# killed. Its own networks and containers, removed when it ends.
+chaos: image image-consul image-demo-backend
+	$(COMPOSE_ENV) $(GO) test -tags docker -count=1 -v -timeout 15m ./integration/chaos/
 
 # Compose: `docker compose` (v2) when the Docker CLI has it, else Debian's
 # docker-compose (v1).

@@ -151,11 +151,15 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 	rl = reload.New(cli, reloads.checker(validator), tap, m, log, cfg.ReloadTimeout)
 	rl.OnDone = reloads.done
 	m.WatchWorkers(countWorkers(cli, rl.Busy))
+	m.WatchConfig(func() (string, string) {
+		fp := runningFingerprint(cl.ConfigFiles, disc != nil, reloads)
+		return fp.SHA256, fp.MembersSHA256
+	})
 	opts := supervisor.Options{Bin: bin, Args: cl.RunArgs(extra...), Env: env, StopGrace: cfg.StopGrace, Signals: sigs}
 	ready := func() error { return nil }
 	if disc != nil {
 		opts.OnReload = disc.applier.Reload
-		ready = disc.applier.Ready
+		ready = sourcesReady(disc.applier.Ready, disc.applier.Statuses)
 		disc.run()
 		if hc != nil {
 			hc.run()

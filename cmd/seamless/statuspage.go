@@ -95,6 +95,7 @@ func (p *statusPage) report(ctx context.Context) status.Report {
 	case p.reloads != nil:
 		p.reloads.annotate(r.ConfigFiles)
 	}
+	r.Config = fingerprint(r.ConfigFiles, p.applier != nil)
 	if p.stats != nil {
 		r.Backends, r.BackendsError = p.backends(ctx, run)
 	}

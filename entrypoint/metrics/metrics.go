@@ -189,6 +189,26 @@ func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+var configInfoDesc = prometheus.NewDesc("seamless_config_info",
+	"The configuration HAProxy runs: sha256 is the digest of the file, members_sha256 the same with each backend's server lines sorted and their slot names left out (equal on replicas that run the same servers in different slots). Absent while unknown.",
+	[]string{"sha256", "members_sha256"}, nil)
+
+// WatchConfig exports seamless_config_info, read at every scrape from
+// fingerprint; an empty sha256 exports nothing.
+func (m *Metrics) WatchConfig(fingerprint func() (sha256, members string)) {
+	m.Registry.MustRegister(configCollector(fingerprint))
+}
+
+type configCollector func() (string, string)
+
+func (c configCollector) Describe(ch chan<- *prometheus.Desc) { ch <- configInfoDesc }
+
+func (c configCollector) Collect(ch chan<- prometheus.Metric) {
+	if sha, members := c(); sha != "" {
+		ch <- prometheus.MustNewConstMetric(configInfoDesc, prometheus.GaugeValue, 1, sha, members)
+	}
+}
+
 // workersTimeout bounds the master CLI's answer for one scrape.
 const workersTimeout = time.Second
 

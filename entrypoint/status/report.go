@@ -44,7 +44,10 @@ type Report struct {
 	// file is always what runs; in drop-in mode a file may have been
 	// edited, or refused, since the last reload.
 	ConfigFiles []ConfigFile `json:"config_files"`
-	HAProxy     HAProxy      `json:"haproxy"`
+	// Config fingerprints what HAProxy runs, for comparing replicas of a
+	// fleet (also seamless_config_info); empty while unknown.
+	Config  Fingerprint `json:"config"`
+	HAProxy HAProxy     `json:"haproxy"`
 	// Routes are where the built-in template sends traffic, in the order
 	// HAProxy tries them: each to a service's backend, whose servers are
 	// in Backends. Empty for user templates and in drop-in mode.
@@ -172,6 +175,18 @@ type ConfigFile struct {
 	DiffersReason string    `json:"differs_reason,omitempty"`
 	// Error: the file could not be read; the other fields are empty.
 	Error string `json:"error,omitempty"`
+}
+
+// Fingerprint identifies the configuration HAProxy runs.
+type Fingerprint struct {
+	// SHA256 is the hex digest of the running configuration file (of
+	// its "digest  path" lines when HAProxy loads several).
+	SHA256 string `json:"sha256,omitempty"`
+	// MembersSHA256 is the digest of the same file with each backend's
+	// server lines sorted and their slot names left out: replicas that
+	// run the same servers in different slots (they saw them arrive in a
+	// different order) have equal MembersSHA256 and different SHA256.
+	MembersSHA256 string `json:"members_sha256,omitempty"`
 }
 
 // HAProxy is the running HAProxy as its master CLI's `show proc` lists it.

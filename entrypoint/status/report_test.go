@@ -65,6 +65,10 @@ func fixture() Report {
 			DiffersSince:  t0.Add(-8 * time.Minute),
 			DiffersReason: "[ALERT]    (77) : config : parsing [/usr/local/etc/haproxy/extra.cfg:3] : unknown keyword 'tiemout' in 'defaults' section",
 		}},
+		Config: Fingerprint{
+			SHA256:        "e3a41c9f0d2b7a6c5e4f3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a",
+			MembersSHA256: "9b1f2e3d4c5b6a7f8e9d0c1b2a3f4e5d6c7b8a9f0e1d2c3b4a5f6e7d8c9b0a1f",
+		},
 		Routes: []Route{
 			{Match: "host web.example.com path /api", Service: "api", Backend: "http-api"},
 			{Match: "host web.example.com path /", Service: "web", Backend: "http-web"},
