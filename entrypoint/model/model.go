@@ -152,6 +152,12 @@ type Snapshot struct {
 	// Docker sources answer only LocalCatalog; Consul answers what the
 	// templates asked for (Consul.Want).
 	Results map[Query]Result `json:"-"`
+	// Reset is when the source last saw its backend start over with
+	// less data (Consul's index went backwards: restarted empty, restored
+	// from an old snapshot, a wiped agent); zero if never. What such a
+	// source stops reporting soon after is more likely lost than removed,
+	// and it may come back in pieces, one partial answer at a time.
+	Reset time.Time `json:"-"`
 }
 
 // Local returns the source's local catalog, or nil.

@@ -109,6 +109,9 @@ type Source struct {
 	// comparing catalogs.
 	version uint64
 	status  model.SourceStatus
+	// resetAt is when a query last saw Consul's index go backwards
+	// (model.Snapshot.Reset).
+	resetAt time.Time
 	runCtx  context.Context // nil unless Run is running
 	wg      sync.WaitGroup  // the watches Run started
 }
@@ -377,6 +380,16 @@ func (s *Source) stop() {
 	s.wg.Wait()
 }
 
+// noteReset records that Consul started over with less data, for the
+// snapshots that follow (model.Snapshot.Reset). It is called before the
+// answer that showed it is stored, so no snapshot carries the new data
+// without it.
+func (s *Source) noteReset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.resetAt = time.Now()
+}
+
 // snapshot copies the current answers, with their version. Before the
 // first send it is ready only once every wanted query has been tried.
 func (s *Source) snapshot(sent bool) (model.Snapshot, uint64, bool) {
@@ -393,5 +406,5 @@ func (s *Source) snapshot(sent bool) (model.Snapshot, uint64, bool) {
 	for q, r := range s.results {
 		res[q] = r
 	}
-	return model.Snapshot{Source: Name, Results: res}, s.version, true
+	return model.Snapshot{Source: Name, Results: res, Reset: s.resetAt}, s.version, true
 }

@@ -89,6 +89,7 @@ func (p *publicCatalog) wait(ctx context.Context) (bool, error) {
 // got: the listing is current, whatever the earlier index was.
 func (p *publicCatalog) fresh(i int, got uint64) uint64 {
 	if prev := p.index[i]; got < prev {
+		p.s.noteReset()
 		p.s.log.Warn("Consul's index went backwards (restarted with less data, or another server answered): starting the query over",
 			"query", wakePaths[i], "consul", p.s.addr(), "from", prev, "to", got)
 	}

@@ -58,6 +58,11 @@ func TestConsulRestartedEmptyIsSeenPromptly(t *testing.T) {
 		return n > 0 && len(instances(s, "old")) == 0 && len(instances(s, "new")) == 1
 	})
 	t.Logf("the restarted Consul's catalog seen %s after the registration", time.Since(start).Round(time.Millisecond))
+	// The removal guard holds what a source drops just after it started
+	// over: the snapshot with the new data must say so.
+	if s, _ := r.last(); s.Reset.Before(start.Add(-promptly)) {
+		t.Errorf("the snapshot of the restarted Consul has Reset %v, want the restart's time", s.Reset)
+	}
 	if !strings.Contains(r.logged(), "index went backwards") {
 		t.Errorf("no log line says the index went backwards:\n%s", r.logged())
 	}

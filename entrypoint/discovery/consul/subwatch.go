@@ -55,6 +55,7 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 			log = c.s
 		}
 		if cur.seen != 0 && index < cur.seen {
+			c.s.noteReset()
 			c.restart()
 			epoch = nil
 		}

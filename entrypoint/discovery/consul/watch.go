@@ -169,6 +169,7 @@ func (c *cursor) failed() { c.reread = true }
 func (c *cursor) answered(got uint64, s *Source, what string) (changed bool) {
 	changed = c.seen == 0 || got != c.seen
 	if c.seen != 0 && got < c.seen && s != nil {
+		s.noteReset()
 		s.log.Warn("Consul's index went backwards (restarted with less data, or another server answered): starting the query over",
 			"query", what, "consul", s.addr(), "from", c.seen, "to", got)
 	}

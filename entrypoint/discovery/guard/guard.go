@@ -179,7 +179,12 @@ func (g *Guard) Run(ctx context.Context, out chan<- model.Snapshot) {
 
 // hold compares s with what was passed on last: held instances that s
 // reports again are released, and a removal of too many at once is held.
+// So is any removal while the source has just started over (s.Reset
+// within the hold period): its data then comes back in pieces, and a
+// piece that lacks a whole service removes too few instances at once to
+// look like a mass removal.
 func (g *Guard) hold(s model.Snapshot, now time.Time) {
+	restarted := !s.Reset.IsZero() && now.Sub(s.Reset) < g.opts.Hold
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for k := range g.held {
@@ -204,7 +209,8 @@ func (g *Guard) hold(s model.Snapshot, now time.Time) {
 				gone = append(gone, in)
 			}
 		}
-		if !g.tooMany(len(gone), len(prev.Instances)) {
+		mass := g.tooMany(len(gone), len(prev.Instances))
+		if !mass && (!restarted || len(gone) == 0) {
 			continue
 		}
 		until := now.Add(g.opts.Hold)
@@ -218,7 +224,11 @@ func (g *Guard) hold(s model.Snapshot, now time.Time) {
 			services[in.Name] = true
 		}
 		g.holds++
-		g.log.Warn("the source dropped too many instances at once; keeping them until it confirms",
+		msg := "the source dropped too many instances at once; keeping them until it confirms"
+		if !mass {
+			msg = "the source started over with less data and dropped instances; keeping them until it confirms"
+		}
+		g.log.Warn(msg,
 			"query", q.String(), "held", len(gone), "of", len(prev.Instances), "services", strings.Join(slices.Sorted(maps.Keys(services)), ","),
 			"until", until.Format(time.RFC3339), "threshold_percent", g.opts.Percent)
 	}
@@ -273,7 +283,7 @@ func (g *Guard) compose(s model.Snapshot) model.Snapshot {
 	for k, h := range g.held {
 		byQuery[k.q] = append(byQuery[k.q], h)
 	}
-	out := model.Snapshot{Source: s.Source, Results: maps.Clone(s.Results)}
+	out := model.Snapshot{Source: s.Source, Results: maps.Clone(s.Results), Reset: s.Reset}
 	for q, hs := range byQuery {
 		r := out.Results[q]
 		c := &model.Catalog{Datacenter: r.Catalog.Datacenter, Nodes: slices.Clone(r.Catalog.Nodes),

@@ -106,8 +106,11 @@ func newRig(t *testing.T, o Options) *rig {
 
 // send has the source report ins, and waits until the guard has done
 // with it.
-func (r *rig) send(ins ...model.Instance) {
-	r.src.in <- model.Snapshot{Source: "fake", Results: map[model.Query]model.Result{
+func (r *rig) send(ins ...model.Instance) { r.sendReset(time.Time{}, ins...) }
+
+// sendReset is send from a source that last started over at reset.
+func (r *rig) sendReset(reset time.Time, ins ...model.Instance) {
+	r.src.in <- model.Snapshot{Source: "fake", Reset: reset, Results: map[model.Query]model.Result{
 		model.LocalCatalog: {Catalog: &model.Catalog{Instances: ins}},
 	}}
 	synctest.Wait()
@@ -284,4 +287,40 @@ func TestAZeroPercentGuardIsNoGuard(t *testing.T) {
 	if Unwrap(Wrap(src, opts)) != model.Source(src) || Unwrap(src) != model.Source(src) {
 		t.Error("Unwrap does not return the wrapped source")
 	}
+}
+
+// A source that started over comes back in pieces (Consul's servers
+// restarted one by one, agents re-syncing): a first answer that lacks one
+// whole service, 4 of 9 instances, is under the threshold, and applying it
+// would leave the service with no server until the rest came back. After
+// a reset every removal is held; long after one, the threshold rules
+// again.
+func TestARemovalJustAfterTheSourceStartedOverIsHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, opts)
+		var all, api []model.Instance
+		for _, id := range []string{"w1", "w2", "w3", "w4"} {
+			all = append(all, inst("web", id))
+		}
+		for _, id := range []string{"a1", "a2", "a3", "a4", "a5"} {
+			in := inst("api", id)
+			all, api = append(all, in), append(api, in)
+		}
+		r.send(all...)
+		r.sendReset(time.Now(), api...)
+		r.want("web's 4 of 9 are held after a reset", "w1", "w2", "w3", "w4", "a1", "a2", "a3", "a4", "a5")
+		if !strings.Contains(r.log.String(), "started over") {
+			t.Errorf("the log does not say the source started over: %s", r.log.String())
+		}
+		r.sendReset(time.Now(), all...)
+		r.want("back in full: released", "w1", "w2", "w3", "w4", "a1", "a2", "a3", "a4", "a5")
+		if st := r.status(); st.Held != 0 {
+			t.Errorf("%d still held", st.Held)
+		}
+
+		reset := time.Now()
+		time.Sleep(opts.Hold)
+		r.sendReset(reset, api...)
+		r.want("a hold period after the reset, 4 of 9 apply at once", "a1", "a2", "a3", "a4", "a5")
+	})
 }
