@@ -1,8 +1,6 @@
 package routes
 
 import (
-	"bytes"
-	"crypto/sha256"
 	_ "embed"
 	"fmt"
 	"io"
@@ -33,6 +31,7 @@ type Renderer struct {
 	stateFile string
 	table     *SlotTable
 	refusals  *Refusals
+	frags     fragments // the backends' text by their inputs
 	now       func() time.Time
 	log       *slog.Logger
 }
@@ -131,20 +130,20 @@ func (r *Renderer) render(st model.State) (model.Rendering, slotPlan, []Skip, er
 	if err != nil {
 		return out, slotPlan{}, nil, err
 	}
-	var buf bytes.Buffer
-	if err := tmpl.Execute(&buf, v); err != nil {
-		return out, slotPlan{}, nil, fmt.Errorf("default configuration: %w", err)
+	config, structure, err := r.frags.execute(v)
+	if err != nil {
+		return out, slotPlan{}, nil, err
 	}
-	out.Config = buf.Bytes()
+	out.Config = config
 	if r.slots > 0 {
 		r.fillSlots(&out, v)
+		out.Structure = structure
 	}
 	return out, plan, skipped, nil
 }
 
-// fillSlots describes the slots of v and the structure around them: the
-// configuration with every server line cut after the server's name (in
-// slot mode every server line is a slot's).
+// fillSlots describes the slots of v; the structure around them is
+// digested with the backends' text (fragments.go).
 func (r *Renderer) fillSlots(out *model.Rendering, v view) {
 	for _, b := range v.Backends {
 		out.Servers = append(out.Servers, b.slots...)
@@ -152,20 +151,6 @@ func (r *Renderer) fillSlots(out *model.Rendering, v view) {
 			out.Recheck = b.recheck
 		}
 	}
-	h := sha256.New()
-	rest := out.Config
-	for len(rest) > 0 {
-		line, next, _ := bytes.Cut(rest, []byte("\n"))
-		rest = next
-		if srv, ok := bytes.CutPrefix(line, []byte("    server ")); ok {
-			name, _, _ := bytes.Cut(srv, []byte(" "))
-			h.Write([]byte("    server "))
-			line = name
-		}
-		h.Write(line)
-		h.Write([]byte("\n"))
-	}
-	out.Structure = h.Sum(nil)
 }
 
 // view is what the template sees: only strings that passed a check below.
@@ -284,12 +269,8 @@ func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
 					vb.Servers = append(vb.Servers, viewServer{Name: srv.Name, Addr: srv.Addr(), Weight: srv.Weight})
 				}
 			}
-			for _, vs := range vb.Servers {
-				errs = append(errs, check("server", identRe, vs.Name), check("address", addrRe, vs.Addr))
-				if vs.Weight < 1 || vs.Weight > MaxWeight {
-					errs = append(errs, fmt.Errorf("default configuration: internal error: weight %d", vs.Weight))
-				}
-			}
+			// The servers are checked where the backend's text is made
+			// (fragments.backends), once per change of them.
 			v.Backends = append(v.Backends, vb)
 		}
 	}

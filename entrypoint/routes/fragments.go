@@ -1,0 +1,178 @@
+package routes
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"hash"
+	"slices"
+	"sync"
+	"text/template"
+	"text/template/parse"
+)
+
+// A change to one instance must cost what that instance costs, so the
+// built-in template is executed in two parts: the backends, one at a time
+// and only those whose inputs changed, and the rest (frontends, rules) with
+// the backends' text spliced in where its range over .Backends stood. The
+// bytes are those of the whole template executed at once.
+
+// backendsMark stands for the backends in the main part's output: a NUL
+// cannot reach the configuration (every string is checked), so it cannot
+// occur otherwise.
+const backendsMark = "\x00backends\x00"
+
+// mainTmpl is the template with its range over .Backends replaced by
+// {{.BackendsMark}}; backendTmpl is that range alone, executed with a view
+// holding one backend.
+var mainTmpl, backendTmpl = splitBackends(tmpl)
+
+func splitBackends(t *template.Template) (*template.Template, *template.Template) {
+	root := t.Tree.Root
+	i := slices.IndexFunc(root.Nodes, func(n parse.Node) bool {
+		r, ok := n.(*parse.RangeNode)
+		return ok && r.Pipe.String() == ".Backends"
+	})
+	if i < 0 {
+		panic("routes: default.cfg.tmpl has no top-level {{range .Backends}}")
+	}
+	mark := template.Must(template.New("mark").Parse("{{.BackendsMark}}")).Tree.Root.Nodes[0]
+
+	mainTree := t.Tree.Copy()
+	mainTree.Root.Nodes[i] = mark
+	main := template.Must(t.Clone())
+	template.Must(main.AddParseTree(t.Name(), mainTree))
+
+	backTree := t.Tree.Copy()
+	backTree.Root.Nodes = []parse.Node{backTree.Root.Nodes[i]}
+	back := template.Must(t.Clone())
+	template.Must(back.AddParseTree(t.Name(), backTree))
+	return main, back
+}
+
+// BackendsMark is where the main part's output takes the backends.
+func (view) BackendsMark() string { return backendsMark }
+
+// fragments caches each backend's text by its inputs. It is a memo of a
+// pure function, not state: every rendering keeps only the backends it
+// renders, so a vanished backend is forgotten at the next rendering.
+type fragments struct {
+	mu      sync.Mutex
+	globals viewGlobals
+	cache   map[string]fragment
+	// executed counts the backends executed (not found in the cache).
+	executed int
+}
+
+// viewGlobals are the view's fields a backend's text may read besides the
+// backend itself (through $); the cache is dropped when one changes.
+type viewGlobals struct {
+	StateFile, HTTPBind, StatsBind, Default, HTTPSBind, CrtList string
+}
+
+type fragment struct {
+	tcp, redirect bool
+	servers       []viewServer
+	text          []byte
+	structure     [sha256.Size]byte // of text with server lines cut after the name
+}
+
+// backends returns the text of v's backends in order, and a digest of
+// their structure, executing only the backends whose inputs differ from
+// the last rendering's. A backend's servers are checked when it is
+// executed: those of a cached one passed already.
+func (f *fragments) backends(v view) ([]byte, []byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g := viewGlobals{v.StateFile, v.HTTPBind, v.StatsBind, v.Default, v.HTTPS.Bind, v.HTTPS.CrtList}
+	old := f.cache
+	if g != f.globals {
+		old = nil
+	}
+	next := make(map[string]fragment, len(v.Backends))
+	var out bytes.Buffer
+	h := sha256.New()
+	one := view{StateFile: v.StateFile, HTTPBind: v.HTTPBind, StatsBind: v.StatsBind, Default: v.Default, HTTPS: v.HTTPS}
+	for _, b := range v.Backends {
+		redirect := v.HTTPS.Redirect(b.Name)
+		fr, ok := old[b.Name]
+		if !ok || fr.tcp != b.TCP || fr.redirect != redirect || !slices.Equal(fr.servers, b.Servers) {
+			if err := checkViewServers(b.Servers); err != nil {
+				return nil, nil, err
+			}
+			var buf bytes.Buffer
+			one.Backends = []viewBackend{b}
+			if err := backendTmpl.Execute(&buf, one); err != nil {
+				return nil, nil, fmt.Errorf("default configuration: %w", err)
+			}
+			fr = fragment{tcp: b.TCP, redirect: redirect, servers: b.Servers, text: buf.Bytes()}
+			structure(sha256.New(), fr.text).Sum(fr.structure[:0])
+			f.executed++
+		}
+		next[b.Name] = fr
+		out.Write(fr.text)
+		h.Write(fr.structure[:])
+	}
+	f.globals, f.cache = g, next
+	return out.Bytes(), h.Sum(nil), nil
+}
+
+func checkViewServers(servers []viewServer) error {
+	for _, vs := range servers {
+		if err := check("server", identRe, vs.Name); err != nil {
+			return err
+		}
+		if err := check("address", addrRe, vs.Addr); err != nil {
+			return err
+		}
+		if vs.Weight < 1 || vs.Weight > MaxWeight {
+			return fmt.Errorf("default configuration: internal error: weight %d", vs.Weight)
+		}
+	}
+	return nil
+}
+
+// structure writes text to h with every server line cut after the
+// server's name (in slot mode every server line is a slot's): what a
+// runtime update cannot change.
+func structure(h hash.Hash, text []byte) hash.Hash {
+	rest := text
+	for len(rest) > 0 {
+		line, next, _ := bytes.Cut(rest, []byte("\n"))
+		rest = next
+		if srv, ok := bytes.CutPrefix(line, []byte("    server ")); ok {
+			name, _, _ := bytes.Cut(srv, []byte(" "))
+			h.Write([]byte("    server "))
+			line = name
+		}
+		h.Write(line)
+		h.Write([]byte("\n"))
+	}
+	return h
+}
+
+// execute renders v: the main part once, the backends from the cache.
+// It returns the configuration and the digest of its structure.
+func (f *fragments) execute(v view) ([]byte, []byte, error) {
+	backends, backStruct, err := f.backends(v)
+	if err != nil {
+		return nil, nil, err
+	}
+	var buf bytes.Buffer
+	if err := mainTmpl.Execute(&buf, v); err != nil {
+		return nil, nil, fmt.Errorf("default configuration: %w", err)
+	}
+	before, after, ok := bytes.Cut(buf.Bytes(), []byte(backendsMark))
+	if !ok {
+		return nil, nil, fmt.Errorf("default configuration: internal error: no place for the backends")
+	}
+	config := make([]byte, 0, len(before)+len(backends)+len(after))
+	config = append(append(append(config, before...), backends...), after...)
+	h := sha256.New()
+	structure(h, before)
+	h.Write([]byte("\x00"))
+	h.Write(backStruct)
+	h.Write([]byte("\x00"))
+	structure(h, after)
+	return config, h.Sum(nil), nil
+}

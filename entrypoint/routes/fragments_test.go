@@ -1,0 +1,104 @@
+package routes
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+)
+
+// A renderer that keeps its backends' text from one rendering to the next
+// renders the bytes and the structure that a fresh renderer (with the same
+// committed slots) renders, through a series of changes that each touch
+// one input of a backend: a status, an address, a weight, a redirect, a
+// service gone and back, a new TCP port, and an option of the whole view.
+// It executes only the backends that changed.
+func TestIncrementalRenderingEqualsAFreshOne(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	base := func() []model.Instance {
+		var out []model.Instance
+		for s := range 5 {
+			for i := range 3 {
+				out = append(out, inst(fmt.Sprintf("svc%d", s), fmt.Sprintf("svc%d-%d", s, i), fmt.Sprintf("10.0.%d.%d", s, i+1), 8080,
+					fmt.Sprintf("seamless.http.host=svc%d.example", s)))
+			}
+		}
+		return out
+	}
+	var gone []model.Instance
+	steps := []struct {
+		name    string
+		change  func([]model.Instance) []model.Instance
+		opts    func(*Options)
+		execute int // backends executed
+	}{
+		{name: "first", change: func(in []model.Instance) []model.Instance { return in }, execute: 5},
+		{name: "same again", change: func(in []model.Instance) []model.Instance { return in }, execute: 0},
+		{name: "one instance critical", change: func(in []model.Instance) []model.Instance {
+			in[4].Status = model.StatusCritical
+			return in
+		}, execute: 1},
+		{name: "one address", change: func(in []model.Instance) []model.Instance {
+			in[7].Address = "10.9.9.9"
+			return in
+		}, execute: 1},
+		{name: "one weight", change: func(in []model.Instance) []model.Instance {
+			in[10].Weight = 7
+			return in
+		}, execute: 1},
+		{name: "redirect to HTTPS", change: func(in []model.Instance) []model.Instance {
+			in[0].Tags = append(in[0].Tags, "seamless.http.tls=redirect")
+			return in
+		}, execute: 1},
+		{name: "a service gone", change: func(in []model.Instance) []model.Instance {
+			gone = in[:3]
+			return in[3:]
+		}, execute: 0},
+		{name: "and back", change: func(in []model.Instance) []model.Instance { return append(slices.Clone(gone), in...) }, execute: 1},
+		{name: "a TCP port", change: func(in []model.Instance) []model.Instance {
+			for i := 12; i < 15; i++ {
+				in[i].Tags = append(in[i].Tags, "seamless.tcp.port=15432")
+			}
+			return in
+		}, execute: 1},
+		{name: "the state file option", opts: func(o *Options) { o.StateFile = "" },
+			change: func(in []model.Instance) []model.Instance { return in }, execute: 6},
+	}
+	opts := Options{HTTPBind: "127.0.0.1:18080", HTTPSBind: "127.0.0.1:18443", CrtList: goldenCrtList,
+		StatsBind: "127.0.0.1:18404", Slots: 4, DrainTimeout: 0, StateFile: "/tmp/seamless-routes-state",
+		Now: func() time.Time { return now }, Table: NewSlotTable()}
+	kept := mustNew(t, opts)
+	cur := base()
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			if st.opts != nil {
+				st.opts(&opts)
+				kept = mustNew(t, opts) // a SIGHUP: a new renderer on the same table
+			}
+			cur = st.change(slices.Clone(cur))
+			state := catalog(cur...)
+			before := kept.frags.executed
+			got, err := kept.Render(state)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := mustNew(t, opts).Render(state)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Config, want.Config) {
+				t.Fatalf("the kept renderer's configuration differs from a fresh one's:\n%s\n---- want\n%s", got.Config, want.Config)
+			}
+			if !bytes.Equal(got.Structure, want.Structure) {
+				t.Error("the structures differ")
+			}
+			if n := kept.frags.executed - before; n != st.execute {
+				t.Errorf("executed %d backends, want %d", n, st.execute)
+			}
+			got.Commit()
+		})
+	}
+}
