@@ -2,6 +2,7 @@ package model
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strconv"
 )
@@ -101,4 +102,22 @@ func SortCatalog(c *Catalog) {
 		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Node, b.Node),
 			cmp.Compare(a.Address, b.Address), cmp.Compare(a.Port, b.Port), cmp.Compare(a.ID, b.ID))
 	})
+}
+
+// EqualInstances reports whether a and b hold the same instances in the
+// same order, every field alike: what lets a stage reuse its work for a
+// service whose instances did not change. It compares field by field
+// (reflect.DeepEqual costs more than the work it would save).
+func EqualInstances(a, b []Instance) bool {
+	return slices.EqualFunc(a, b, equalInstance)
+}
+
+func equalInstance(a, b Instance) bool {
+	return a.Source == b.Source && a.Datacenter == b.Datacenter && a.Node == b.Node && a.NodeID == b.NodeID &&
+		a.NodeAddress == b.NodeAddress && a.ID == b.ID && a.Name == b.Name && a.Kind == b.Kind &&
+		a.Namespace == b.Namespace && a.Address == b.Address && a.Port == b.Port && a.Weight == b.Weight &&
+		a.WarningWeight == b.WarningWeight && a.Status == b.Status && a.Registered == b.Registered &&
+		slices.Equal(a.Tags, b.Tags) && slices.Equal(a.Checks, b.Checks) &&
+		maps.Equal(a.Meta, b.Meta) && maps.Equal(a.TaggedAddresses, b.TaggedAddresses) &&
+		maps.Equal(a.NodeMeta, b.NodeMeta) && maps.Equal(a.NodeTaggedAddresses, b.NodeTaggedAddresses)
 }

@@ -3,6 +3,7 @@ package routes
 import (
 	"bytes"
 	"fmt"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ import (
 // renders the bytes and the structure that a fresh renderer (with the same
 // committed slots) renders, through a series of changes that each touch
 // one input of a backend: a status, an address, a weight, a redirect, a
-// service gone and back, a new TCP port, and an option of the whole view.
+// service gone and back, a new TCP port, a bad tag, a conflict, and an option of the whole view.
 // It executes only the backends that changed.
 func TestIncrementalRenderingEqualsAFreshOne(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
@@ -64,8 +65,17 @@ func TestIncrementalRenderingEqualsAFreshOne(t *testing.T) {
 			}
 			return in
 		}, execute: 1},
+		{name: "a bad tag", change: func(in []model.Instance) []model.Instance {
+			in[4].Tags = append(slices.Clone(in[4].Tags), "seamless.http.path=no-slash")
+			return in
+		}, execute: 0}, // a critical instance: no server either way
+		// svc1 sorts first: svc3 loses its only route, and its backend.
+		{name: "a route another service holds", change: func(in []model.Instance) []model.Instance {
+			in[5].Tags = append(slices.Clone(in[5].Tags), "seamless.http.host=svc3.example")
+			return in
+		}, execute: 0},
 		{name: "the state file option", opts: func(o *Options) { o.StateFile = "" },
-			change: func(in []model.Instance) []model.Instance { return in }, execute: 6},
+			change: func(in []model.Instance) []model.Instance { return in }, execute: 5},
 	}
 	opts := Options{HTTPBind: "127.0.0.1:18080", HTTPSBind: "127.0.0.1:18443", CrtList: goldenCrtList,
 		StatsBind: "127.0.0.1:18404", Slots: 4, DrainTimeout: 0, StateFile: "/tmp/seamless-routes-state",
@@ -91,6 +101,9 @@ func TestIncrementalRenderingEqualsAFreshOne(t *testing.T) {
 			}
 			if !bytes.Equal(got.Config, want.Config) {
 				t.Fatalf("the kept renderer's configuration differs from a fresh one's:\n%s\n---- want\n%s", got.Config, want.Config)
+			}
+			if !slices.Equal(got.Skipped, want.Skipped) || !reflect.DeepEqual(got.Routes, want.Routes) {
+				t.Errorf("skipped %q, want %q; or the routes differ", got.Skipped, want.Skipped)
 			}
 			if !bytes.Equal(got.Structure, want.Structure) {
 				t.Error("the structures differ")

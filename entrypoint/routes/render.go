@@ -31,7 +31,8 @@ type Renderer struct {
 	stateFile string
 	table     *SlotTable
 	refusals  *Refusals
-	frags     fragments // the backends' text by their inputs
+	frags     fragments    // the backends' text by their inputs
+	services  serviceCache // each service's routes by its instances
 	now       func() time.Time
 	log       *slog.Logger
 }
@@ -121,7 +122,7 @@ func (r *Renderer) render(st model.State) (model.Rendering, slotPlan, []Skip, er
 	if res.Catalog != nil {
 		c = *res.Catalog
 	}
-	rt, skipped := r.Build(c)
+	rt, skipped := buildCached(c, r.policy, &r.services)
 	out.Routes = statusRoutes(rt)
 	for _, s := range skipped {
 		out.Skipped = append(out.Skipped, s.String())

@@ -1,0 +1,47 @@
+package model
+
+import (
+	"reflect"
+	"testing"
+)
+
+// EqualInstances sees a change to any field of an Instance, including
+// one added later: each field of a filled instance is set to another
+// value in turn, by reflection.
+func TestEqualInstancesSeesEveryField(t *testing.T) {
+	full := Instance{Source: "s", Datacenter: "dc", Node: "n", NodeID: "nid", NodeAddress: "10.0.0.1",
+		NodeTaggedAddresses: map[string]string{"lan": "10.0.0.1"}, NodeMeta: map[string]string{"rack": "1"},
+		ID: "id", Name: "web", Kind: "k", Namespace: "ns", Address: "10.0.0.2", Port: 80, Tags: []string{"a"},
+		Meta: map[string]string{"v": "1"}, TaggedAddresses: map[string]string{"wan": "192.0.2.1"}, Weight: 2,
+		WarningWeight: 1, Status: StatusPassing, Checks: []Check{{CheckID: "c", Status: StatusPassing}}, Registered: 7}
+	if !EqualInstances([]Instance{full}, []Instance{full}) {
+		t.Fatal("an instance differs from itself")
+	}
+	typ := reflect.TypeOf(full)
+	for i := range typ.NumField() {
+		changed := full
+		f := reflect.ValueOf(&changed).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString(f.String() + "x")
+		case reflect.Int:
+			f.SetInt(f.Int() + 1)
+		case reflect.Uint64:
+			f.SetUint(f.Uint() + 1)
+		case reflect.Slice:
+			f.Set(reflect.Append(f, f.Index(0)))
+		case reflect.Map:
+			m := reflect.MakeMap(f.Type())
+			m.SetMapIndex(reflect.ValueOf("other"), reflect.ValueOf("1"))
+			f.Set(m)
+		default:
+			t.Fatalf("field %s: kind %s not covered by this test", typ.Field(i).Name, f.Kind())
+		}
+		if EqualInstances([]Instance{full}, []Instance{changed}) {
+			t.Errorf("a change to %s is not seen", typ.Field(i).Name)
+		}
+	}
+	if EqualInstances([]Instance{full}, nil) {
+		t.Error("one instance equals none")
+	}
+}
