@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"maps"
 	"slices"
-	"strconv"
 )
 
 // State is the merged view of every source that templates render from.
@@ -49,7 +48,17 @@ func Merge(snaps map[string]Snapshot, order []string) State {
 
 	results := map[Query]Result{}
 	var local *Catalog
-	seenInst := map[string]bool{}
+	type instKey struct {
+		name, address string
+		port          int
+	}
+	total := 0
+	for _, snap := range snaps {
+		if r, ok := snap.Results[LocalCatalog]; ok && r.Catalog != nil {
+			total += len(r.Catalog.Instances)
+		}
+	}
+	seenInst := make(map[instKey]bool, total)
 	seenNode := map[string]bool{}
 	for _, n := range names {
 		snap, ok := snaps[n]
@@ -64,7 +73,7 @@ func Merge(snaps map[string]Snapshot, order []string) State {
 				continue
 			}
 			if local == nil {
-				local = &Catalog{}
+				local = &Catalog{Instances: make([]Instance, 0, total)}
 			}
 			if r.Catalog == nil {
 				continue
@@ -79,7 +88,7 @@ func Merge(snaps map[string]Snapshot, order []string) State {
 				}
 			}
 			for _, in := range r.Catalog.Instances {
-				k := in.Name + "\x00" + in.Address + "\x00" + strconv.Itoa(in.Port)
+				k := instKey{in.Name, in.Address, in.Port}
 				if !seenInst[k] {
 					seenInst[k] = true
 					local.Instances = append(local.Instances, in)
@@ -120,4 +129,37 @@ func equalInstance(a, b Instance) bool {
 		slices.Equal(a.Tags, b.Tags) && slices.Equal(a.Checks, b.Checks) &&
 		maps.Equal(a.Meta, b.Meta) && maps.Equal(a.TaggedAddresses, b.TaggedAddresses) &&
 		maps.Equal(a.NodeMeta, b.NodeMeta) && maps.Equal(a.NodeTaggedAddresses, b.NodeTaggedAddresses)
+}
+
+// EqualResults reports whether two sets of answers are the same, as
+// reflect.DeepEqual would but without walking every instance through
+// reflection.
+func EqualResults(a, b map[Query]Result) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for q, ra := range a {
+		rb, ok := b[q]
+		if !ok || !equalResult(ra, rb) {
+			return false
+		}
+	}
+	return true
+}
+
+func equalResult(a, b Result) bool {
+	if (a.Catalog == nil) != (b.Catalog == nil) || (a.Pairs == nil) != (b.Pairs == nil) ||
+		(a.Datacenters == nil) != (b.Datacenters == nil) ||
+		!slices.Equal(a.Pairs, b.Pairs) || !slices.Equal(a.Datacenters, b.Datacenters) {
+		return false
+	}
+	if a.Catalog == nil || a.Catalog == b.Catalog {
+		return true
+	}
+	ca, cb := a.Catalog, b.Catalog
+	return ca.Datacenter == cb.Datacenter && EqualInstances(ca.Instances, cb.Instances) &&
+		slices.EqualFunc(ca.Nodes, cb.Nodes, func(x, y Node) bool {
+			return x.ID == y.ID && x.Name == y.Name && x.Address == y.Address && x.Datacenter == y.Datacenter &&
+				maps.Equal(x.TaggedAddresses, y.TaggedAddresses) && maps.Equal(x.Meta, y.Meta)
+		})
 }

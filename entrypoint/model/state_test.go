@@ -45,3 +45,45 @@ func TestEqualInstancesSeesEveryField(t *testing.T) {
 		t.Error("one instance equals none")
 	}
 }
+
+// EqualResults sees a change to any field of a Node (the instances are
+// EqualInstances'), and to a Result's KV pairs and datacenters.
+func TestEqualResultsSeesEveryNodeField(t *testing.T) {
+	node := Node{ID: "i", Name: "n", Address: "10.0.0.1", Datacenter: "dc", TaggedAddresses: map[string]string{"lan": "x"},
+		Meta: map[string]string{"m": "1"}}
+	results := func(n Node) map[Query]Result {
+		return map[Query]Result{
+			LocalCatalog:               {Catalog: &Catalog{Datacenter: "dc", Nodes: []Node{n}}},
+			{Kind: QueryKey, Key: "k"}: {Pairs: []KVPair{{Key: "k", Value: "v"}}},
+			{Kind: QueryDatacenters}:   {Datacenters: []string{"dc"}},
+		}
+	}
+	if !EqualResults(results(node), results(node)) {
+		t.Fatal("results differ from themselves")
+	}
+	typ := reflect.TypeOf(node)
+	for i := range typ.NumField() {
+		changed := node
+		f := reflect.ValueOf(&changed).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString(f.String() + "x")
+		case reflect.Map:
+			f.Set(reflect.ValueOf(map[string]string{"other": "1"}))
+		default:
+			t.Fatalf("field %s: kind %s not covered by this test", typ.Field(i).Name, f.Kind())
+		}
+		if EqualResults(results(node), results(changed)) {
+			t.Errorf("a change to Node.%s is not seen", typ.Field(i).Name)
+		}
+	}
+	other := results(node)
+	other[Query{Kind: QueryKey, Key: "k"}] = Result{Pairs: []KVPair{{Key: "k", Value: "w"}}}
+	if EqualResults(results(node), other) {
+		t.Error("a changed value is not seen")
+	}
+	other[Query{Kind: QueryKey, Key: "k"}] = Result{}
+	if EqualResults(results(node), other) {
+		t.Error("a key gone is not seen")
+	}
+}
