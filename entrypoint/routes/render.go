@@ -146,6 +146,11 @@ func (r *Renderer) render(st model.State) (model.Rendering, slotPlan, []Skip, er
 // fillSlots describes the slots of v; the structure around them is
 // digested with the backends' text (fragments.go).
 func (r *Renderer) fillSlots(out *model.Rendering, v view) {
+	n := 0
+	for _, b := range v.Backends {
+		n += len(b.slots)
+	}
+	out.Servers = make([]model.ServerSlot, 0, n)
 	for _, b := range v.Backends {
 		out.Servers = append(out.Servers, b.slots...)
 		if !b.recheck.IsZero() && (out.Recheck.IsZero() || b.recheck.Before(out.Recheck)) {

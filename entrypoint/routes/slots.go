@@ -1,8 +1,8 @@
 package routes
 
 import (
-	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -145,13 +145,31 @@ func nextPow2(n int) int {
 	return p
 }
 
+// slotNames are the names of the first slots, made once: a rendering
+// names every slot of every backend.
+var slotNames = func() []string {
+	n := make([]string, 256)
+	for i := range n {
+		n[i] = "s" + strconv.Itoa(i+1)
+	}
+	return n
+}()
+
+// slotName names the slot at index i: s1, s2…
+func slotName(i int) string {
+	if i < len(slotNames) {
+		return slotNames[i]
+	}
+	return "s" + strconv.Itoa(i+1)
+}
+
 // slotServers turns slots into the template's servers and the rendering's
 // description of them.
 func slotServers(backend string, slots []slot) ([]viewServer, []model.ServerSlot) {
 	vs := make([]viewServer, len(slots))
 	ms := make([]model.ServerSlot, len(slots))
 	for i, sl := range slots {
-		name := fmt.Sprintf("s%d", i+1)
+		name := slotName(i)
 		m := model.ServerSlot{Backend: backend, Server: name, Weight: 1, State: model.SlotMaint}
 		v := viewServer{Name: name, Addr: unusedAddr, Weight: 1, Disabled: true}
 		if sl.key != "" {
