@@ -165,9 +165,9 @@ func (r *render) service(args ...string) ([]*HealthService, error) {
 	if !ok {
 		return out, nil
 	}
-	for i := range cat.Instances {
+	for _, i := range r.instancesOf(cat, q.name) {
 		in := &cat.Instances[i]
-		if in.Name != q.name || (q.tag != "" && !slices.Contains(in.Tags, q.tag)) || !model.HealthFilter(q.filter, in.Status) {
+		if (q.tag != "" && !slices.Contains(in.Tags, q.tag)) || !model.HealthFilter(q.filter, in.Status) {
 			continue
 		}
 		out = append(out, newHealthService(in, cmp.Or(in.Datacenter, cat.Datacenter, q.dc)))
@@ -176,6 +176,24 @@ func (r *render) service(args ...string) ([]*HealthService, error) {
 		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID))
 	})
 	return out, nil
+}
+
+// instancesOf returns the indices of name's instances in cat, in cat's
+// order, from an index made at the first call for cat: a template that
+// asks for each of S services would otherwise read the catalog S times.
+func (r *render) instancesOf(cat *model.Catalog, name string) []int {
+	idx, ok := r.byName[cat]
+	if !ok {
+		idx = map[string][]int{}
+		for i := range cat.Instances {
+			idx[cat.Instances[i].Name] = append(idx[cat.Instances[i].Name], i)
+		}
+		if r.byName == nil {
+			r.byName = map[*model.Catalog]map[string][]int{}
+		}
+		r.byName[cat] = idx
+	}
+	return idx[name]
 }
 
 func newHealthService(in *model.Instance, dc string) *HealthService {
