@@ -131,14 +131,14 @@ func TestBenchPipeline(t *testing.T) {
 	only := os.Getenv("SEAMLESS_BENCH_ONLY")
 	cats := [2]model.Snapshot{benchSnapshot(benchCatalog(n, 10, false)), benchSnapshot(benchCatalog(n, 10, true))}
 
-	for _, path := range []string{"builtin", "template"} {
+	for _, path := range []string{"builtin", "template", "builtin-whole"} {
 		if only != "" && only != path {
 			continue
 		}
 		t.Run(path, func(t *testing.T) {
 			dir := t.TempDir()
 			var renderer model.Renderer
-			if path == "builtin" {
+			if path != "template" {
 				r, err := routes.New(routes.Options{HTTPBind: "127.0.0.1:18080", Slots: 16, DrainTimeout: 0}, nil)
 				if err != nil {
 					t.Fatal(err)
@@ -174,6 +174,32 @@ func TestBenchPipeline(t *testing.T) {
 				snap := cats[i%2]
 				var got model.Snapshot
 				st.time("guard (source snapshot → out)", func() { src <- snap; got = <-out })
+				if path == "builtin-whole" {
+					// The applier's own apply, runtime commands and file
+					// write included, after the first.
+					if fake == nil {
+						a.take(got)
+						rend, err := renderer.Render(a.state())
+						if err != nil {
+							t.Fatal(err)
+						}
+						fake = newHAProxyServers(rend.Servers)
+						a.opts.Runtime = fake
+						a.reasons = []string{"start"}
+						a.apply(ctx, true)
+						st = stages{}
+						continue
+					}
+					st.time("take + apply (runtime API, file written)", func() {
+						a.take(got)
+						a.reasons = []string{"consul"}
+						a.apply(ctx, false)
+					})
+					if h := a.History(); h[len(h)-1].How != "runtime" {
+						t.Fatalf("change %d applied %+v, want over the runtime API", i, h[len(h)-1])
+					}
+					continue
+				}
 				st.time("apply: take (compare with the last)", func() { a.take(got) })
 				var state model.State
 				st.time("model.Merge", func() { state = a.state() })

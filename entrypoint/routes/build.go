@@ -170,11 +170,15 @@ func buildCached(c model.Catalog, p Policy, cache *serviceCache) (Routes, []Skip
 		old, next = cache.byName, map[string]builtService{}
 		defer func() { cache.byName = next }()
 	}
-	insts := slices.Clone(c.Instances)
-	slices.SortStableFunc(insts, func(a, b model.Instance) int {
+	order := func(a, b model.Instance) int {
 		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Node, b.Node), cmp.Compare(a.Address, b.Address),
 			cmp.Compare(a.Port, b.Port), cmp.Compare(a.ID, b.ID), cmp.Compare(a.Source, b.Source))
-	})
+	}
+	insts := c.Instances                    // read only
+	if !slices.IsSortedFunc(insts, order) { // a merged catalog is
+		insts = slices.Clone(insts)
+		slices.SortStableFunc(insts, order)
+	}
 	var sk skips
 	var cands []candidate
 	for i := 0; i < len(insts); {

@@ -77,47 +77,53 @@ func TestIncrementalRenderingEqualsAFreshOne(t *testing.T) {
 		{name: "the state file option", opts: func(o *Options) { o.StateFile = "" },
 			change: func(in []model.Instance) []model.Instance { return in }, execute: 5},
 	}
-	opts := Options{HTTPBind: "127.0.0.1:18080", HTTPSBind: "127.0.0.1:18443", CrtList: goldenCrtList,
-		StatsBind: "127.0.0.1:18404", Slots: 4, DrainTimeout: 0, StateFile: "/tmp/seamless-routes-state",
-		Now: func() time.Time { return now }, Table: NewSlotTable()}
-	kept := mustNew(t, opts)
-	cur := base()
-	for _, st := range steps {
-		t.Run(st.name, func(t *testing.T) {
-			if st.opts != nil {
-				st.opts(&opts)
-				kept = mustNew(t, opts) // a SIGHUP: a new renderer on the same table
+	for _, drain := range []time.Duration{0, 10 * time.Second} {
+		t.Run(fmt.Sprintf("drain %v", drain), func(t *testing.T) {
+			now := now // moves 3s a step: with a drain, removed instances drain, then free their slot
+			opts := Options{HTTPBind: "127.0.0.1:18080", HTTPSBind: "127.0.0.1:18443", CrtList: goldenCrtList,
+				StatsBind: "127.0.0.1:18404", Slots: 4, DrainTimeout: drain, StateFile: "/tmp/seamless-routes-state",
+				Now: func() time.Time { return now }, Table: NewSlotTable()}
+			kept := mustNew(t, opts)
+			cur := base()
+			for _, st := range steps {
+				t.Run(st.name, func(t *testing.T) {
+					if st.opts != nil {
+						st.opts(&opts)
+						kept = mustNew(t, opts) // a SIGHUP: a new renderer on the same table
+					}
+					now = now.Add(3 * time.Second)
+					cur = st.change(slices.Clone(cur))
+					state := catalog(cur...)
+					before := kept.frags.executed
+					got, err := kept.Render(state)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want, err := mustNew(t, opts).Render(state)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(got.Config, want.Config) {
+						t.Fatalf("the kept renderer's configuration differs from a fresh one's:\n%s\n---- want\n%s", got.Config, want.Config)
+					}
+					// The routes and skips of the uncached Build.
+					rt, skips := Build(state.Local(), kept.policy)
+					var wantSkipped []string
+					for _, s := range skips {
+						wantSkipped = append(wantSkipped, s.String())
+					}
+					if !slices.Equal(got.Skipped, wantSkipped) || !reflect.DeepEqual(got.Routes, statusRoutes(rt)) {
+						t.Errorf("skipped %q, want %q; or the routes differ", got.Skipped, wantSkipped)
+					}
+					if !bytes.Equal(got.Structure, want.Structure) {
+						t.Error("the structures differ")
+					}
+					if n := kept.frags.executed - before; n != st.execute && drain == 0 {
+						t.Errorf("executed %d backends, want %d", n, st.execute)
+					}
+					got.Commit()
+				})
 			}
-			cur = st.change(slices.Clone(cur))
-			state := catalog(cur...)
-			before := kept.frags.executed
-			got, err := kept.Render(state)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, err := mustNew(t, opts).Render(state)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got.Config, want.Config) {
-				t.Fatalf("the kept renderer's configuration differs from a fresh one's:\n%s\n---- want\n%s", got.Config, want.Config)
-			}
-			// The routes and skips of the uncached Build.
-			rt, skips := Build(state.Local(), kept.policy)
-			var wantSkipped []string
-			for _, s := range skips {
-				wantSkipped = append(wantSkipped, s.String())
-			}
-			if !slices.Equal(got.Skipped, wantSkipped) || !reflect.DeepEqual(got.Routes, statusRoutes(rt)) {
-				t.Errorf("skipped %q, want %q; or the routes differ", got.Skipped, wantSkipped)
-			}
-			if !bytes.Equal(got.Structure, want.Structure) {
-				t.Error("the structures differ")
-			}
-			if n := kept.frags.executed - before; n != st.execute {
-				t.Errorf("executed %d backends, want %d", n, st.execute)
-			}
-			got.Commit()
 		})
 	}
 }

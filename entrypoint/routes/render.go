@@ -33,6 +33,7 @@ type Renderer struct {
 	refusals  *Refusals
 	frags     fragments    // the backends' text by their inputs
 	services  serviceCache // each service's routes by its instances
+	servers   slotCache    // each backend's servers by its slots
 	now       func() time.Time
 	log       *slog.Logger
 }
@@ -254,6 +255,7 @@ func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
 		errs = append(errs, check("server-state file", fileRe, v.StateFile))
 	}
 	committed := r.table.committedBackends()
+	defer r.servers.done()
 	plan := slotPlan{backends: map[string][]slot{}}
 	for _, s := range rt.Services {
 		for _, b := range []struct {
@@ -269,7 +271,7 @@ func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
 				var held []slot
 				held, vb.recheck = planSlots(committed[b.name], s.Servers, r.slots, r.drain, now)
 				plan.backends[b.name] = held
-				vb.Servers, vb.slots = slotServers(b.name, held)
+				vb.Servers, vb.slots = r.servers.of(b.name, held)
 			} else {
 				for _, srv := range s.Servers {
 					vb.Servers = append(vb.Servers, viewServer{Name: srv.Name, Addr: srv.Addr(), Weight: srv.Weight})

@@ -188,3 +188,44 @@ func slotServers(backend string, slots []slot) ([]viewServer, []model.ServerSlot
 	}
 	return vs, ms
 }
+
+// slotCache keeps slotServers' answer per backend for the slots it was
+// made from. planSlots returns a backend's committed slots themselves
+// when none changed, so the same slice means the same answer: one change
+// does not rebuild the servers of every backend. Each rendering keeps only
+// the backends it renders.
+type slotCache struct {
+	mu   sync.Mutex
+	last map[string]slotServersOf
+	next map[string]slotServersOf
+}
+
+type slotServersOf struct {
+	slots []slot
+	vs    []viewServer
+	ms    []model.ServerSlot
+}
+
+// of is slotServers(backend, slots), from the cache when slots is the
+// slice it was made from. Call done after the rendering's last of.
+func (c *slotCache) of(backend string, slots []slot) ([]viewServer, []model.ServerSlot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.next == nil {
+		c.next = map[string]slotServersOf{}
+	}
+	e, ok := c.last[backend]
+	if !ok || len(e.slots) != len(slots) || len(slots) == 0 || &e.slots[0] != &slots[0] {
+		e.slots = slots
+		e.vs, e.ms = slotServers(backend, slots)
+	}
+	c.next[backend] = e
+	return e.vs, e.ms
+}
+
+// done ends a rendering: what it did not ask for is forgotten.
+func (c *slotCache) done() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.last, c.next = c.next, nil
+}
