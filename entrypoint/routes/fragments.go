@@ -81,7 +81,7 @@ type fragment struct {
 // their structure, executing only the backends whose inputs differ from
 // the last rendering's. A backend's servers are checked when it is
 // executed: those of a cached one passed already.
-func (f *fragments) backends(v view) ([]byte, []byte, error) {
+func (f *fragments) backends(v view) ([][]byte, int, []byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	g := viewGlobals{v.StateFile, v.HTTPBind, v.StatsBind, v.Default, v.HTTPS.Bind, v.HTTPS.CrtList}
@@ -90,7 +90,8 @@ func (f *fragments) backends(v view) ([]byte, []byte, error) {
 		old = nil
 	}
 	next := make(map[string]fragment, len(v.Backends))
-	var out bytes.Buffer
+	texts := make([][]byte, 0, len(v.Backends))
+	size := 0
 	h := sha256.New()
 	one := view{StateFile: v.StateFile, HTTPBind: v.HTTPBind, StatsBind: v.StatsBind, Default: v.Default, HTTPS: v.HTTPS}
 	for _, b := range v.Backends {
@@ -98,23 +99,24 @@ func (f *fragments) backends(v view) ([]byte, []byte, error) {
 		fr, ok := old[b.Name]
 		if !ok || fr.tcp != b.TCP || fr.redirect != redirect || !slices.Equal(fr.servers, b.Servers) {
 			if err := checkViewServers(b.Servers); err != nil {
-				return nil, nil, err
+				return nil, 0, nil, err
 			}
 			var buf bytes.Buffer
 			one.Backends = []viewBackend{b}
 			if err := backendTmpl.Execute(&buf, one); err != nil {
-				return nil, nil, fmt.Errorf("default configuration: %w", err)
+				return nil, 0, nil, fmt.Errorf("default configuration: %w", err)
 			}
 			fr = fragment{tcp: b.TCP, redirect: redirect, servers: b.Servers, text: buf.Bytes()}
 			structure(sha256.New(), fr.text).Sum(fr.structure[:0])
 			f.executed++
 		}
 		next[b.Name] = fr
-		out.Write(fr.text)
+		texts = append(texts, fr.text)
+		size += len(fr.text)
 		h.Write(fr.structure[:])
 	}
 	f.globals, f.cache = g, next
-	return out.Bytes(), h.Sum(nil), nil
+	return texts, size, h.Sum(nil), nil
 }
 
 func checkViewServers(servers []viewServer) error {
@@ -154,7 +156,7 @@ func structure(h hash.Hash, text []byte) hash.Hash {
 // execute renders v: the main part once, the backends from the cache.
 // It returns the configuration and the digest of its structure.
 func (f *fragments) execute(v view) ([]byte, []byte, error) {
-	backends, backStruct, err := f.backends(v)
+	backends, size, backStruct, err := f.backends(v)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -166,8 +168,12 @@ func (f *fragments) execute(v view) ([]byte, []byte, error) {
 	if !ok {
 		return nil, nil, fmt.Errorf("default configuration: internal error: no place for the backends")
 	}
-	config := make([]byte, 0, len(before)+len(backends)+len(after))
-	config = append(append(append(config, before...), backends...), after...)
+	config := make([]byte, 0, len(before)+size+len(after))
+	config = append(config, before...)
+	for _, b := range backends {
+		config = append(config, b...)
+	}
+	config = append(config, after...)
 	h := sha256.New()
 	structure(h, before)
 	h.Write([]byte("\x00"))

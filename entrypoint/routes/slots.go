@@ -92,20 +92,17 @@ func planSlots(committed []slot, servers []Server, minSlots int, drain time.Dura
 		}
 		slots[i] = s
 	}
-	want := make(map[string]Server, len(servers))
-	for _, s := range servers {
-		want[s.Instance] = s
-	}
+	find := indexServers(servers)
 	var recheck time.Time
-	held := make(map[string]bool, len(servers))
+	held := make([]bool, len(servers)) // by index in servers
 	for i := range slots {
 		sl := slots[i]
 		if sl.key == "" {
 			continue
 		}
-		if s, ok := want[sl.key]; ok {
-			set(i, slot{key: sl.key, srv: s})
-			held[sl.key] = true
+		if j := find(sl.key); j >= 0 {
+			set(i, slot{key: sl.key, srv: servers[j]})
+			held[j] = true
 			continue
 		}
 		if sl.drainUntil.IsZero() {
@@ -120,8 +117,8 @@ func planSlots(committed []slot, servers []Server, minSlots int, drain time.Dura
 			recheck = sl.drainUntil
 		}
 	}
-	for _, s := range servers {
-		if held[s.Instance] {
+	for j, s := range servers {
+		if held[j] {
 			continue
 		}
 		i := slices.IndexFunc(slots, func(sl slot) bool { return sl.key == "" })
@@ -132,9 +129,30 @@ func planSlots(committed []slot, servers []Server, minSlots int, drain time.Dura
 			slots, owned = grown, true
 		}
 		set(i, slot{key: s.Instance, srv: s})
-		held[s.Instance] = true
+		held[j] = true
 	}
 	return slots, recheck
+}
+
+// indexServers returns a lookup of a server's index by instance ID (-1:
+// none): a scan for the few servers of most backends, a map for many.
+// Instance IDs are unique within a service.
+func indexServers(servers []Server) func(string) int {
+	if len(servers) <= 32 {
+		return func(id string) int {
+			return slices.IndexFunc(servers, func(s Server) bool { return s.Instance == id })
+		}
+	}
+	m := make(map[string]int, len(servers))
+	for j, s := range servers {
+		m[s.Instance] = j
+	}
+	return func(id string) int {
+		if j, ok := m[id]; ok {
+			return j
+		}
+		return -1
+	}
 }
 
 func nextPow2(n int) int {
