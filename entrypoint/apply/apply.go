@@ -201,7 +201,9 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 	if err != nil {
 		a.record(metrics.Refused, at.why, "", at.start, err)
 		a.opts.Metrics.ConfigErrors.Inc()
-		a.log.Error("template failed; the running configuration keeps serving; fix the template and send SIGHUP",
+		// A template's error, or a rendering HAProxy could not start
+		// with (the error says what to change).
+		a.log.Error("cannot render the new configuration; the running one keeps serving; fix what the error names (a template: then send SIGHUP)",
 			"why", at.why, "err", err)
 		return
 	}

@@ -132,6 +132,9 @@ func (r *Renderer) render(st model.State) (model.Rendering, slotPlan, []Skip, er
 	if err != nil {
 		return out, slotPlan{}, nil, err
 	}
+	if err := r.fitFDs(v); err != nil {
+		return out, slotPlan{}, nil, err
+	}
 	config, structure, err := r.frags.execute(v)
 	if err != nil {
 		return out, slotPlan{}, nil, err
