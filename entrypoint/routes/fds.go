@@ -43,7 +43,7 @@ func (e *FDError) Error() string {
 	if e.Slots > 0 {
 		fix = fmt.Sprintf("lower SEAMLESS_SERVER_SLOTS (now %d: %d servers for %d backends) or %s", e.Slots, e.Servers, e.Backends, fix)
 	}
-	return fmt.Sprintf("HAProxy would need %d file descriptors (%d servers with a health check, %d listeners, %d for HAProxy itself), "+
+	return fmt.Sprintf("HAProxy would need %d file descriptors (%d for servers with a health check, %d for listeners, %d for HAProxy itself), "+
 		"more than the open-files limit of %d (RLIMIT_NOFILE, hard) it would run with: %s",
 		e.Need, e.Servers, e.Binds, fdsFixed+fdsSpare, e.Limit, fix)
 }
