@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"hash"
+	"reflect"
 	"slices"
 	"sync"
 	"text/template"
@@ -34,7 +35,7 @@ func splitBackends(t *template.Template) (*template.Template, *template.Template
 		return ok && r.Pipe.String() == ".Backends"
 	})
 	if i < 0 {
-		panic("routes: default.cfg.tmpl has no top-level {{range .Backends}}")
+		return nil, nil // executed whole (execute)
 	}
 	mark := template.Must(template.New("mark").Parse("{{.BackendsMark}}")).Tree.Root.Nodes[0]
 
@@ -58,16 +59,18 @@ func (view) BackendsMark() string { return backendsMark }
 // renders, so a vanished backend is forgotten at the next rendering.
 type fragments struct {
 	mu      sync.Mutex
-	globals viewGlobals
+	globals view // globals() of the last rendering
 	cache   map[string]fragment
 	// executed counts the backends executed (not found in the cache).
 	executed int
 }
 
-// viewGlobals are the view's fields a backend's text may read besides the
-// backend itself (through $); the cache is dropped when one changes.
-type viewGlobals struct {
-	StateFile, HTTPBind, StatsBind, Default, HTTPSBind, CrtList string
+// globals is what of v a backend's text may read besides the backend
+// itself (through $): every field but the lists, so that a field added to
+// the view is seen too. The cache is dropped when they change.
+func globals(v view) view {
+	v.Rules, v.Listeners, v.Backends, v.HTTPS.redirect = nil, nil, nil, nil
+	return v
 }
 
 type fragment struct {
@@ -84,16 +87,16 @@ type fragment struct {
 func (f *fragments) backends(v view) ([][]byte, int, []byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	g := viewGlobals{v.StateFile, v.HTTPBind, v.StatsBind, v.Default, v.HTTPS.Bind, v.HTTPS.CrtList}
+	g := globals(v)
 	old := f.cache
-	if g != f.globals {
+	if !reflect.DeepEqual(g, f.globals) {
 		old = nil
 	}
 	next := make(map[string]fragment, len(v.Backends))
 	texts := make([][]byte, 0, len(v.Backends))
 	size := 0
 	h := sha256.New()
-	one := view{StateFile: v.StateFile, HTTPBind: v.HTTPBind, StatsBind: v.StatsBind, Default: v.Default, HTTPS: v.HTTPS}
+	one := v
 	for _, b := range v.Backends {
 		redirect := v.HTTPS.Redirect(b.Name)
 		fr, ok := old[b.Name]
@@ -156,6 +159,19 @@ func structure(h hash.Hash, text []byte) hash.Hash {
 // execute renders v: the main part once, the backends from the cache.
 // It returns the configuration and the digest of its structure.
 func (f *fragments) execute(v view) ([]byte, []byte, error) {
+	if mainTmpl == nil {
+		// The template has no top-level range over .Backends to split at.
+		for _, b := range v.Backends {
+			if err := checkViewServers(b.Servers); err != nil {
+				return nil, nil, err
+			}
+		}
+		var buf bytes.Buffer
+		if err := tmpl.Execute(&buf, v); err != nil {
+			return nil, nil, fmt.Errorf("default configuration: %w", err)
+		}
+		return buf.Bytes(), structure(sha256.New(), buf.Bytes()).Sum(nil), nil
+	}
 	backends, size, backStruct, err := f.backends(v)
 	if err != nil {
 		return nil, nil, err

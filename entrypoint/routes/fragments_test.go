@@ -127,3 +127,30 @@ func TestIncrementalRenderingEqualsAFreshOne(t *testing.T) {
 		})
 	}
 }
+
+// The configuration rendered in parts is the template executed whole,
+// which is also what a template without a top-level range over .Backends
+// gets.
+func TestRenderingInPartsIsTheWholeTemplate(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	opts := Options{HTTPBind: "127.0.0.1:18080", HTTPSBind: "127.0.0.1:18443", CrtList: goldenCrtList,
+		StatsBind: "127.0.0.1:18404", Slots: 4, Now: func() time.Time { return now }}
+	st := catalog(
+		inst("shop", "shop-1", "10.0.0.1", 8080, "seamless.http.host=shop.example", "seamless.http.tls=redirect"),
+		inst("pg", "pg-1", "10.0.0.2", 5432, "seamless.tcp.port=15432"),
+		inst("web", "web-1", "10.0.0.3", 8080, "seamless.http.path=/"))
+	parts, err := mustNew(t, opts).Render(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	split, back := mainTmpl, backendTmpl
+	mainTmpl, backendTmpl = nil, nil
+	t.Cleanup(func() { mainTmpl, backendTmpl = split, back })
+	whole, err := mustNew(t, opts).Render(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if split == nil || !bytes.Equal(parts.Config, whole.Config) {
+		t.Fatalf("in parts:\n%s\n---- whole:\n%s", parts.Config, whole.Config)
+	}
+}
