@@ -74,8 +74,9 @@ func (c chanSource) Run(ctx context.Context, out chan<- model.Snapshot) {
 }
 
 // stages times the steps of one apply: wall time, and the CPU time of
-// the whole process (every thread: the garbage collector's work counts),
-// which a machine shared with other work inflates less.
+// the whole process (every thread: the garbage collector's work counts)
+// and of its children (haproxy -c), which a machine shared with other
+// work inflates less.
 type stages struct {
 	names []string
 	took  map[string][]time.Duration
@@ -83,9 +84,10 @@ type stages struct {
 }
 
 func cpuNow() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	var self, children syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children) // haproxy -c
+	return time.Duration(self.Utime.Nano() + self.Stime.Nano() + children.Utime.Nano() + children.Stime.Nano())
 }
 
 func (s *stages) time(name string, f func()) {
