@@ -195,7 +195,9 @@ func (a *Applier) Run(ctx context.Context) {
 func (a *Applier) apply(ctx context.Context, force bool) {
 	at := attempt{start: time.Now(), why: strings.Join(compact(a.reasons), ", "), force: force}
 	a.reasons = nil
-	a.save()
+	// Saved once the change runs (or failed): the save encodes and syncs
+	// whole snapshots, which is no part of the change's way to HAProxy.
+	defer a.save()
 	st := a.state()
 	rend, err := a.renderer.Render(st)
 	if err != nil {
