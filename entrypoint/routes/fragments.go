@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"hash"
+	"maps"
 	"reflect"
 	"slices"
 	"sync"
@@ -63,6 +64,7 @@ type fragments struct {
 	cache   map[string]fragment
 	// executed counts the backends executed (not found in the cache).
 	executed int
+	last     *mainPart // the last main part executed
 }
 
 // globals is what of v a backend's text may read besides the backend
@@ -176,14 +178,11 @@ func (f *fragments) execute(v view) ([]byte, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var buf bytes.Buffer
-	if err := mainTmpl.Execute(&buf, v); err != nil {
-		return nil, nil, fmt.Errorf("default configuration: %w", err)
+	main, err := f.main(v)
+	if err != nil {
+		return nil, nil, err
 	}
-	before, after, ok := bytes.Cut(buf.Bytes(), []byte(backendsMark))
-	if !ok {
-		return nil, nil, fmt.Errorf("default configuration: internal error: no place for the backends")
-	}
+	before, after := main.before, main.after
 	config := make([]byte, 0, len(before)+size+len(after))
 	config = append(config, before...)
 	for _, b := range backends {
@@ -191,10 +190,48 @@ func (f *fragments) execute(v view) ([]byte, []byte, error) {
 	}
 	config = append(config, after...)
 	h := sha256.New()
-	structure(h, before)
-	h.Write([]byte("\x00"))
+	h.Write(main.structure[:])
 	h.Write(backStruct)
-	h.Write([]byte("\x00"))
-	structure(h, after)
 	return config, h.Sum(nil), nil
+}
+
+// mainPart is the main part's output around the backends, and the digest
+// of its structure.
+type mainPart struct {
+	rules     []viewRule
+	listeners []viewListener
+	redirect  map[string]bool
+	globals   view
+	before    []byte
+	after     []byte
+	structure [sha256.Size]byte
+}
+
+// main executes the main part of v, or returns the last one when v's
+// fields but its backends are those it was executed with: the rules and
+// frontends change far less often than the servers.
+func (f *fragments) main(v view) (mainPart, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g := globals(v)
+	if m := f.last; m != nil && slices.Equal(m.rules, v.Rules) && slices.Equal(m.listeners, v.Listeners) &&
+		maps.Equal(m.redirect, v.HTTPS.redirect) && reflect.DeepEqual(m.globals, g) {
+		return *m, nil
+	}
+	var buf bytes.Buffer
+	if err := mainTmpl.Execute(&buf, v); err != nil {
+		return mainPart{}, fmt.Errorf("default configuration: %w", err)
+	}
+	before, after, ok := bytes.Cut(buf.Bytes(), []byte(backendsMark))
+	if !ok {
+		return mainPart{}, fmt.Errorf("default configuration: internal error: no place for the backends")
+	}
+	m := &mainPart{rules: v.Rules, listeners: v.Listeners, redirect: v.HTTPS.redirect, globals: g, before: before, after: after}
+	h := sha256.New()
+	structure(h, before)
+	h.Write([]byte("\x00backends\x00"))
+	structure(h, after)
+	h.Sum(m.structure[:0])
+	f.last = m
+	return *m, nil
 }
