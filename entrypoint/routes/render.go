@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"text/template"
 	"time"
 
@@ -34,6 +35,7 @@ type Renderer struct {
 	frags     fragments    // the backends' text by their inputs
 	services  serviceCache // each service's routes by its instances
 	servers   slotCache    // each backend's servers by its slots
+	checked   checked      // the strings the last rendering checked
 	now       func() time.Time
 	log       *slog.Logger
 }
@@ -218,17 +220,54 @@ func check(what string, re *regexp.Regexp, s string) error {
 	return nil
 }
 
+// checked memoises check for the strings of the last rendering: most of
+// them (every backend's name, every host) are the same from one change to
+// the next. It keeps only what the last rendering checked.
+type checked struct {
+	mu         sync.Mutex
+	last, next map[checkKey]bool
+}
+
+type checkKey struct {
+	re *regexp.Regexp
+	s  string
+}
+
+func (c *checked) check(what string, re *regexp.Regexp, s string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.next == nil {
+		c.next = map[checkKey]bool{}
+	}
+	k := checkKey{re, s}
+	if !c.last[k] {
+		if err := check(what, re, s); err != nil {
+			return err
+		}
+	}
+	c.next[k] = true
+	return nil
+}
+
+// done ends a rendering's checks.
+func (c *checked) done() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.last, c.next = c.next, nil
+}
+
 // view checks every string of rt for the template and places the servers
 // into slots planned from the committed table at now.
 func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
 	v := view{HTTPBind: r.http.String(), Default: "no-route"}
-	errs := []error{check("bind", bindRe, v.HTTPBind)}
+	defer r.checked.done()
+	errs := []error{r.checked.check("bind", bindRe, v.HTTPBind)}
 	if r.stats.port != 0 {
 		v.StatsBind = r.stats.String()
-		errs = append(errs, check("bind", bindRe, v.StatsBind))
+		errs = append(errs, r.checked.check("bind", bindRe, v.StatsBind))
 	}
 	for _, rule := range rt.Rules {
-		errs = append(errs, check("backend", identRe, rule.Backend))
+		errs = append(errs, r.checked.check("backend", identRe, rule.Backend))
 		if rule.CatchAll() {
 			v.Default = rule.Backend
 			continue
@@ -239,23 +278,23 @@ func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
 			if suffix, ok := strings.CutPrefix(rule.Host, "*"); ok {
 				vr.HostMatch, vr.Host = "end", suffix
 			}
-			errs = append(errs, check("host", hostRe, vr.Host))
+			errs = append(errs, r.checked.check("host", hostRe, vr.Host))
 		}
 		if rule.Path != "/" {
 			vr.Path = rule.Path + "/"
-			errs = append(errs, check("path", pathRe, vr.Path))
+			errs = append(errs, r.checked.check("path", pathRe, vr.Path))
 		}
 		v.Rules = append(v.Rules, vr)
 	}
 	errs = append(errs, v.setHTTPS(r.http, rt))
 	for _, l := range rt.Listeners {
 		vl := viewListener{Name: fmt.Sprintf("tcp-%d", l.Port), Bind: r.http.hostPort(l.Port), Backend: l.Backend}
-		errs = append(errs, check("bind", bindRe, vl.Bind), check("backend", identRe, vl.Backend))
+		errs = append(errs, r.checked.check("bind", bindRe, vl.Bind), r.checked.check("backend", identRe, vl.Backend))
 		v.Listeners = append(v.Listeners, vl)
 	}
 	if r.stateFile != "" {
 		v.StateFile = r.stateFile
-		errs = append(errs, check("server-state file", fileRe, v.StateFile))
+		errs = append(errs, r.checked.check("server-state file", fileRe, v.StateFile))
 	}
 	committed := r.table.committedBackends()
 	defer r.servers.done()
@@ -268,7 +307,7 @@ func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
 			if b.name == "" {
 				continue
 			}
-			errs = append(errs, check("backend", identRe, b.name))
+			errs = append(errs, r.checked.check("backend", identRe, b.name))
 			vb := viewBackend{Name: b.name, TCP: b.tcp}
 			if r.slots > 0 {
 				var held []slot
