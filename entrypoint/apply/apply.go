@@ -195,13 +195,17 @@ func (a *Applier) Run(ctx context.Context) {
 func (a *Applier) apply(ctx context.Context, force bool) {
 	at := attempt{start: time.Now(), why: strings.Join(compact(a.reasons), ", "), force: force}
 	a.reasons = nil
-	a.save()
+	// Saved once the change runs (or failed): the save encodes and syncs
+	// whole snapshots, which is no part of the change's way to HAProxy.
+	defer a.save()
 	st := a.state()
 	rend, err := a.renderer.Render(st)
 	if err != nil {
 		a.record(metrics.Refused, at.why, "", at.start, err)
 		a.opts.Metrics.ConfigErrors.Inc()
-		a.log.Error("template failed; the running configuration keeps serving; fix the template and send SIGHUP",
+		// A template's error, or a rendering HAProxy could not start
+		// with (the error says what to change).
+		a.log.Error("cannot render the new configuration; the running one keeps serving; fix what the error names (a template: then send SIGHUP)",
 			"why", at.why, "err", err)
 		return
 	}

@@ -15,22 +15,25 @@ import (
 // the log line of an apply: "web: +2 instances, 1 now critical; api: new
 // service (3 instances)".
 func Change(before, after model.Catalog) string {
-	b, a := byService(before), byService(after)
-	names := slices.Sorted(maps.Keys(a))
-	for n := range b {
-		if _, ok := a[n]; !ok {
+	bg, ag := groupByService(before.Instances), groupByService(after.Instances)
+	names := slices.Sorted(maps.Keys(ag))
+	for n := range bg {
+		if _, ok := ag[n]; !ok {
 			names = append(names, n)
 		}
 	}
 	slices.Sort(names)
 	var parts []string
 	for _, n := range names {
-		old, now := b[n], a[n]
+		if bg[n] != nil && ag[n] != nil && model.EqualInstances(bg[n], ag[n]) {
+			continue // the common case: one service changed of thousands
+		}
+		old, now := byService(bg[n]), byService(ag[n])
 		switch {
-		case old == nil:
+		case len(old) == 0:
 			parts = append(parts, fmt.Sprintf("%s: new service (%s)", n, plural(len(now), "instance")))
 			continue
-		case now == nil:
+		case len(now) == 0:
 			parts = append(parts, fmt.Sprintf("%s: gone", n))
 			continue
 		}
@@ -75,13 +78,30 @@ func Change(before, after model.Catalog) string {
 	return strings.Join(parts, "; ")
 }
 
-func byService(c model.Catalog) map[string]map[string]model.Instance {
-	out := map[string]map[string]model.Instance{}
-	for _, in := range c.Instances {
-		if out[in.Name] == nil {
-			out[in.Name] = map[string]model.Instance{}
+// groupByService splits instances by service name; runs of one name (a
+// sorted catalog) are not copied.
+func groupByService(insts []model.Instance) map[string][]model.Instance {
+	out := map[string][]model.Instance{}
+	for i := 0; i < len(insts); {
+		j := i + 1
+		for j < len(insts) && insts[j].Name == insts[i].Name {
+			j++
 		}
-		out[in.Name][in.Source+"/"+in.ID+"/"+net.JoinHostPort(in.Address, strconv.Itoa(in.Port))] = in
+		if prev, ok := out[insts[i].Name]; ok {
+			out[insts[i].Name] = append(slices.Clip(prev), insts[i:j]...)
+		} else {
+			out[insts[i].Name] = insts[i:j]
+		}
+		i = j
+	}
+	return out
+}
+
+// byService keys one service's instances by source, ID and address.
+func byService(insts []model.Instance) map[string]model.Instance {
+	out := make(map[string]model.Instance, len(insts))
+	for _, in := range insts {
+		out[in.Source+"/"+in.ID+"/"+net.JoinHostPort(in.Address, strconv.Itoa(in.Port))] = in
 	}
 	return out
 }

@@ -21,6 +21,9 @@ type Runtime interface {
 
 func slotKey(backend, server string) string { return backend + "/" + server }
 
+// slotID is a slot as a map key, without building its name.
+type slotID struct{ backend, server string }
+
 // runtimeCommands returns the runtime commands that turn the slots of from into to.
 // It fails when to is not from's slots with other members (a reload is
 // needed then).
@@ -28,17 +31,26 @@ func runtimeCommands(from, to []model.ServerSlot) ([]string, error) {
 	if len(from) != len(to) {
 		return nil, errors.New("the slots differ")
 	}
-	old := make(map[string]model.ServerSlot, len(from))
-	for _, s := range from {
-		old[slotKey(s.Backend, s.Server)] = s
-	}
+	var old map[slotID]model.ServerSlot // only when the slots are not in the same order
 	var cmds []string
-	for _, s := range to {
-		k := slotKey(s.Backend, s.Server)
-		o, ok := old[k]
-		if !ok {
-			return nil, fmt.Errorf("slot %s is new", k)
+	for i, s := range to {
+		o := from[i]
+		if o.Backend != s.Backend || o.Server != s.Server {
+			if old == nil {
+				old = make(map[slotID]model.ServerSlot, len(from))
+				for _, f := range from {
+					old[slotID{f.Backend, f.Server}] = f
+				}
+			}
+			var ok bool
+			if o, ok = old[slotID{s.Backend, s.Server}]; !ok {
+				return nil, fmt.Errorf("slot %s is new", slotKey(s.Backend, s.Server))
+			}
 		}
+		if o == s {
+			continue // the common case: thousands of slots, a few changed
+		}
+		k := slotKey(s.Backend, s.Server)
 		switch s.State {
 		case model.SlotMaint, model.SlotDrain:
 			if o.State != s.State {
@@ -72,21 +84,27 @@ func runtimeCommands(from, to []model.ServerSlot) ([]string, error) {
 // A slot addressed by a DNS name is not compared by address: HAProxy
 // reports what the name resolved to.
 func verify(want []model.ServerSlot, got []haproxy.ServerState, touched map[string]bool) error {
-	have := make(map[string]haproxy.ServerState, len(got))
-	for _, s := range got {
-		have[slotKey(s.Backend, s.Server)] = s
+	ids := make(map[slotID]bool, len(touched))
+	for k := range touched {
+		if i := strings.LastIndexByte(k, '/'); i >= 0 { // a server's name has no slash
+			ids[slotID{k[:i], k[i+1:]}] = true
+		}
+	}
+	have := make(map[slotID]int, len(got))
+	for i, s := range got {
+		have[slotID{s.Backend, s.Server}] = i
 	}
 	var bad []string
 	for _, w := range want {
-		k := slotKey(w.Backend, w.Server)
-		g, ok := have[k]
+		i, ok := have[slotID{w.Backend, w.Server}]
 		if !ok {
-			bad = append(bad, k+" is missing")
+			bad = append(bad, slotKey(w.Backend, w.Server)+" is missing")
 			continue
 		}
-		if !touched[k] {
+		if !ids[slotID{w.Backend, w.Server}] {
 			continue
 		}
+		k, g := slotKey(w.Backend, w.Server), got[i]
 		_, ipErr := netip.ParseAddr(w.Address)
 		switch {
 		case w.State == model.SlotReady && (g.Mode() != model.SlotReady || (ipErr == nil && g.Address != w.Address) || g.Port != w.Port || g.Weight != w.Weight):

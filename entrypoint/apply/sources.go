@@ -2,7 +2,6 @@ package apply
 
 import (
 	"maps"
-	"reflect"
 	"slices"
 	"time"
 
@@ -45,7 +44,7 @@ func (a *Applier) take(s model.Snapshot) bool {
 		}
 		s.Results = results
 	}
-	if had && !first && reflect.DeepEqual(old.Results, s.Results) {
+	if had && !first && model.EqualResults(old.Results, s.Results) {
 		return false
 	}
 	a.latest[s.Source], a.startRend = s, nil

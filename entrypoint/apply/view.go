@@ -1,9 +1,7 @@
 package apply
 
 import (
-	"net"
 	"slices"
-	"strconv"
 
 	"github.com/seamless-lb/seamless/entrypoint/model"
 )
@@ -35,14 +33,18 @@ func (a *Applier) publish() {
 	}
 	v := Running{Slots: slices.Clone(a.runRend.Servers), Skipped: slices.Clone(a.runRend.Skipped),
 		Routes: slices.Clone(a.runRend.Routes)}
-	health := map[string]string{}
+	type where struct {
+		id, address string
+		port        int
+	}
+	health := make(map[where]string, len(a.applied.Instances))
 	for _, in := range a.applied.Instances {
-		health[in.ID+" "+net.JoinHostPort(in.Address, strconv.Itoa(in.Port))] = in.Status
+		health[where{in.ID, in.Address, in.Port}] = in.Status
 	}
 	v.Health = make([]string, len(v.Slots))
 	for i, s := range v.Slots {
 		if s.Instance != "" {
-			v.Health[i] = health[s.Instance+" "+net.JoinHostPort(s.Address, strconv.Itoa(s.Port))]
+			v.Health[i] = health[where{s.Instance, s.Address, s.Port}]
 		}
 	}
 	a.mu.Lock()

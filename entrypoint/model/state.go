@@ -2,8 +2,8 @@ package model
 
 import (
 	"cmp"
+	"maps"
 	"slices"
-	"strconv"
 )
 
 // State is the merged view of every source that templates render from.
@@ -48,7 +48,17 @@ func Merge(snaps map[string]Snapshot, order []string) State {
 
 	results := map[Query]Result{}
 	var local *Catalog
-	seenInst := map[string]bool{}
+	type instKey struct {
+		name, address string
+		port          int
+	}
+	total := 0
+	for _, snap := range snaps {
+		if r, ok := snap.Results[LocalCatalog]; ok && r.Catalog != nil {
+			total += len(r.Catalog.Instances)
+		}
+	}
+	seenInst := make(map[instKey]bool, total)
 	seenNode := map[string]bool{}
 	for _, n := range names {
 		snap, ok := snaps[n]
@@ -63,7 +73,7 @@ func Merge(snaps map[string]Snapshot, order []string) State {
 				continue
 			}
 			if local == nil {
-				local = &Catalog{}
+				local = &Catalog{Instances: make([]Instance, 0, total)}
 			}
 			if r.Catalog == nil {
 				continue
@@ -78,7 +88,7 @@ func Merge(snaps map[string]Snapshot, order []string) State {
 				}
 			}
 			for _, in := range r.Catalog.Instances {
-				k := in.Name + "\x00" + in.Address + "\x00" + strconv.Itoa(in.Port)
+				k := instKey{in.Name, in.Address, in.Port}
 				if !seenInst[k] {
 					seenInst[k] = true
 					local.Instances = append(local.Instances, in)
@@ -101,4 +111,55 @@ func SortCatalog(c *Catalog) {
 		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Node, b.Node),
 			cmp.Compare(a.Address, b.Address), cmp.Compare(a.Port, b.Port), cmp.Compare(a.ID, b.ID))
 	})
+}
+
+// EqualInstances reports whether a and b hold the same instances in the
+// same order, every field alike: what lets a stage reuse its work for a
+// service whose instances did not change. It compares field by field
+// (reflect.DeepEqual costs more than the work it would save).
+func EqualInstances(a, b []Instance) bool {
+	return slices.EqualFunc(a, b, equalInstance)
+}
+
+func equalInstance(a, b Instance) bool {
+	return a.Source == b.Source && a.Datacenter == b.Datacenter && a.Node == b.Node && a.NodeID == b.NodeID &&
+		a.NodeAddress == b.NodeAddress && a.ID == b.ID && a.Name == b.Name && a.Kind == b.Kind &&
+		a.Namespace == b.Namespace && a.Address == b.Address && a.Port == b.Port && a.Weight == b.Weight &&
+		a.WarningWeight == b.WarningWeight && a.Status == b.Status && a.Registered == b.Registered &&
+		slices.Equal(a.Tags, b.Tags) && slices.Equal(a.Checks, b.Checks) &&
+		maps.Equal(a.Meta, b.Meta) && maps.Equal(a.TaggedAddresses, b.TaggedAddresses) &&
+		maps.Equal(a.NodeMeta, b.NodeMeta) && maps.Equal(a.NodeTaggedAddresses, b.NodeTaggedAddresses)
+}
+
+// EqualResults reports whether two sets of answers are the same, as
+// reflect.DeepEqual would but without walking every instance through
+// reflection.
+func EqualResults(a, b map[Query]Result) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for q, ra := range a {
+		rb, ok := b[q]
+		if !ok || !equalResult(ra, rb) {
+			return false
+		}
+	}
+	return true
+}
+
+func equalResult(a, b Result) bool {
+	if (a.Catalog == nil) != (b.Catalog == nil) || (a.Pairs == nil) != (b.Pairs == nil) ||
+		(a.Datacenters == nil) != (b.Datacenters == nil) ||
+		!slices.Equal(a.Pairs, b.Pairs) || !slices.Equal(a.Datacenters, b.Datacenters) {
+		return false
+	}
+	if a.Catalog == nil || a.Catalog == b.Catalog {
+		return true
+	}
+	ca, cb := a.Catalog, b.Catalog
+	return ca.Datacenter == cb.Datacenter && EqualInstances(ca.Instances, cb.Instances) &&
+		slices.EqualFunc(ca.Nodes, cb.Nodes, func(x, y Node) bool {
+			return x.ID == y.ID && x.Name == y.Name && x.Address == y.Address && x.Datacenter == y.Datacenter &&
+				maps.Equal(x.TaggedAddresses, y.TaggedAddresses) && maps.Equal(x.Meta, y.Meta)
+		})
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/seamless-lb/seamless/entrypoint/model"
 )
@@ -141,12 +142,43 @@ type Policy struct {
 // services) go to the service registered first (see candidate.before).
 // The result depends only on the catalog's contents, not on the order of
 // its instances.
-func Build(c model.Catalog, p Policy) (Routes, []Skip) {
-	insts := slices.Clone(c.Instances)
-	slices.SortStableFunc(insts, func(a, b model.Instance) int {
+func Build(c model.Catalog, p Policy) (Routes, []Skip) { return buildCached(c, p, nil) }
+
+// serviceCache keeps each service's buildService answer with the instances
+// it was built from, so that a rendering rebuilds only the services whose
+// instances changed. Each build keeps only the services it saw: a vanished
+// one is forgotten at the next.
+type serviceCache struct {
+	mu     sync.Mutex
+	byName map[string]builtService
+}
+
+type builtService struct {
+	insts []model.Instance
+	cand  candidate
+	ok    bool
+	skips []Skip
+}
+
+// buildCached is Build, through cache when it is not nil (the Policy must not
+// change between its calls).
+func buildCached(c model.Catalog, p Policy, cache *serviceCache) (Routes, []Skip) {
+	var old, next map[string]builtService
+	if cache != nil {
+		cache.mu.Lock()
+		defer cache.mu.Unlock()
+		old, next = cache.byName, map[string]builtService{}
+		defer func() { cache.byName = next }()
+	}
+	order := func(a, b model.Instance) int {
 		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Node, b.Node), cmp.Compare(a.Address, b.Address),
 			cmp.Compare(a.Port, b.Port), cmp.Compare(a.ID, b.ID), cmp.Compare(a.Source, b.Source))
-	})
+	}
+	insts := c.Instances                    // read only
+	if !slices.IsSortedFunc(insts, order) { // a merged catalog is
+		insts = slices.Clone(insts)
+		slices.SortStableFunc(insts, order)
+	}
 	var sk skips
 	var cands []candidate
 	for i := 0; i < len(insts); {
@@ -154,7 +186,25 @@ func Build(c model.Catalog, p Policy) (Routes, []Skip) {
 		for j < len(insts) && insts[j].Name == insts[i].Name {
 			j++
 		}
-		if cand, ok := buildService(insts[i:j], p, &sk); ok {
+		var cand candidate
+		var ok bool
+		if cache == nil {
+			cand, ok = buildService(insts[i:j], p, &sk)
+		} else {
+			name := insts[i].Name
+			b, hit := old[name]
+			if !hit || !model.EqualInstances(b.insts, insts[i:j]) {
+				var own skips
+				cand, ok = buildService(insts[i:j], p, &own)
+				b = builtService{insts: slices.Clone(insts[i:j]), cand: cand, ok: ok, skips: own.list}
+			}
+			next[name] = b
+			cand, ok = b.cand, b.ok
+			for _, k := range b.skips {
+				sk.add(k.Kind, k.Service, k.Instance, k.Reason)
+			}
+		}
+		if ok {
 			cands = append(cands, cand)
 		}
 		i = j

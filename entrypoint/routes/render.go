@@ -1,8 +1,6 @@
 package routes
 
 import (
-	"bytes"
-	"crypto/sha256"
 	_ "embed"
 	"fmt"
 	"io"
@@ -11,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"text/template"
 	"time"
 
@@ -33,6 +32,10 @@ type Renderer struct {
 	stateFile string
 	table     *SlotTable
 	refusals  *Refusals
+	frags     fragments    // the backends' text by their inputs
+	services  serviceCache // each service's routes by its instances
+	servers   slotCache    // each backend's servers by its slots
+	checked   checked      // the strings the last rendering checked
 	now       func() time.Time
 	log       *slog.Logger
 }
@@ -122,7 +125,7 @@ func (r *Renderer) render(st model.State) (model.Rendering, slotPlan, []Skip, er
 	if res.Catalog != nil {
 		c = *res.Catalog
 	}
-	rt, skipped := r.Build(c)
+	rt, skipped := buildCached(c, r.policy, &r.services)
 	out.Routes = statusRoutes(rt)
 	for _, s := range skipped {
 		out.Skipped = append(out.Skipped, s.String())
@@ -131,41 +134,35 @@ func (r *Renderer) render(st model.State) (model.Rendering, slotPlan, []Skip, er
 	if err != nil {
 		return out, slotPlan{}, nil, err
 	}
-	var buf bytes.Buffer
-	if err := tmpl.Execute(&buf, v); err != nil {
-		return out, slotPlan{}, nil, fmt.Errorf("default configuration: %w", err)
+	if err := r.fitFDs(v); err != nil {
+		return out, slotPlan{}, nil, err
 	}
-	out.Config = buf.Bytes()
+	config, structure, err := r.frags.execute(v)
+	if err != nil {
+		return out, slotPlan{}, nil, err
+	}
+	out.Config = config
 	if r.slots > 0 {
 		r.fillSlots(&out, v)
+		out.Structure = structure
 	}
 	return out, plan, skipped, nil
 }
 
-// fillSlots describes the slots of v and the structure around them: the
-// configuration with every server line cut after the server's name (in
-// slot mode every server line is a slot's).
+// fillSlots describes the slots of v; the structure around them is
+// digested with the backends' text (fragments.go).
 func (r *Renderer) fillSlots(out *model.Rendering, v view) {
+	n := 0
+	for _, b := range v.Backends {
+		n += len(b.slots)
+	}
+	out.Servers = make([]model.ServerSlot, 0, n)
 	for _, b := range v.Backends {
 		out.Servers = append(out.Servers, b.slots...)
 		if !b.recheck.IsZero() && (out.Recheck.IsZero() || b.recheck.Before(out.Recheck)) {
 			out.Recheck = b.recheck
 		}
 	}
-	h := sha256.New()
-	rest := out.Config
-	for len(rest) > 0 {
-		line, next, _ := bytes.Cut(rest, []byte("\n"))
-		rest = next
-		if srv, ok := bytes.CutPrefix(line, []byte("    server ")); ok {
-			name, _, _ := bytes.Cut(srv, []byte(" "))
-			h.Write([]byte("    server "))
-			line = name
-		}
-		h.Write(line)
-		h.Write([]byte("\n"))
-	}
-	out.Structure = h.Sum(nil)
 }
 
 // view is what the template sees: only strings that passed a check below.
@@ -223,17 +220,54 @@ func check(what string, re *regexp.Regexp, s string) error {
 	return nil
 }
 
+// checked memoises check for the strings of the last rendering: most of
+// them (every backend's name, every host) are the same from one change to
+// the next. It keeps only what the last rendering checked.
+type checked struct {
+	mu         sync.Mutex
+	last, next map[checkKey]bool
+}
+
+type checkKey struct {
+	re *regexp.Regexp
+	s  string
+}
+
+func (c *checked) check(what string, re *regexp.Regexp, s string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.next == nil {
+		c.next = map[checkKey]bool{}
+	}
+	k := checkKey{re, s}
+	if !c.last[k] {
+		if err := check(what, re, s); err != nil {
+			return err
+		}
+	}
+	c.next[k] = true
+	return nil
+}
+
+// done ends a rendering's checks.
+func (c *checked) done() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.last, c.next = c.next, nil
+}
+
 // view checks every string of rt for the template and places the servers
 // into slots planned from the committed table at now.
 func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
 	v := view{HTTPBind: r.http.String(), Default: "no-route"}
-	errs := []error{check("bind", bindRe, v.HTTPBind)}
+	defer r.checked.done()
+	errs := []error{r.checked.check("bind", bindRe, v.HTTPBind)}
 	if r.stats.port != 0 {
 		v.StatsBind = r.stats.String()
-		errs = append(errs, check("bind", bindRe, v.StatsBind))
+		errs = append(errs, r.checked.check("bind", bindRe, v.StatsBind))
 	}
 	for _, rule := range rt.Rules {
-		errs = append(errs, check("backend", identRe, rule.Backend))
+		errs = append(errs, r.checked.check("backend", identRe, rule.Backend))
 		if rule.CatchAll() {
 			v.Default = rule.Backend
 			continue
@@ -244,25 +278,26 @@ func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
 			if suffix, ok := strings.CutPrefix(rule.Host, "*"); ok {
 				vr.HostMatch, vr.Host = "end", suffix
 			}
-			errs = append(errs, check("host", hostRe, vr.Host))
+			errs = append(errs, r.checked.check("host", hostRe, vr.Host))
 		}
 		if rule.Path != "/" {
 			vr.Path = rule.Path + "/"
-			errs = append(errs, check("path", pathRe, vr.Path))
+			errs = append(errs, r.checked.check("path", pathRe, vr.Path))
 		}
 		v.Rules = append(v.Rules, vr)
 	}
 	errs = append(errs, v.setHTTPS(r.http, rt))
 	for _, l := range rt.Listeners {
 		vl := viewListener{Name: fmt.Sprintf("tcp-%d", l.Port), Bind: r.http.hostPort(l.Port), Backend: l.Backend}
-		errs = append(errs, check("bind", bindRe, vl.Bind), check("backend", identRe, vl.Backend))
+		errs = append(errs, r.checked.check("bind", bindRe, vl.Bind), r.checked.check("backend", identRe, vl.Backend))
 		v.Listeners = append(v.Listeners, vl)
 	}
 	if r.stateFile != "" {
 		v.StateFile = r.stateFile
-		errs = append(errs, check("server-state file", fileRe, v.StateFile))
+		errs = append(errs, r.checked.check("server-state file", fileRe, v.StateFile))
 	}
 	committed := r.table.committedBackends()
+	defer r.servers.done()
 	plan := slotPlan{backends: map[string][]slot{}}
 	for _, s := range rt.Services {
 		for _, b := range []struct {
@@ -272,24 +307,20 @@ func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
 			if b.name == "" {
 				continue
 			}
-			errs = append(errs, check("backend", identRe, b.name))
+			errs = append(errs, r.checked.check("backend", identRe, b.name))
 			vb := viewBackend{Name: b.name, TCP: b.tcp}
 			if r.slots > 0 {
 				var held []slot
 				held, vb.recheck = planSlots(committed[b.name], s.Servers, r.slots, r.drain, now)
 				plan.backends[b.name] = held
-				vb.Servers, vb.slots = slotServers(b.name, held)
+				vb.Servers, vb.slots = r.servers.of(b.name, held)
 			} else {
 				for _, srv := range s.Servers {
 					vb.Servers = append(vb.Servers, viewServer{Name: srv.Name, Addr: srv.Addr(), Weight: srv.Weight})
 				}
 			}
-			for _, vs := range vb.Servers {
-				errs = append(errs, check("server", identRe, vs.Name), check("address", addrRe, vs.Addr))
-				if vs.Weight < 1 || vs.Weight > MaxWeight {
-					errs = append(errs, fmt.Errorf("default configuration: internal error: weight %d", vs.Weight))
-				}
-			}
+			// The servers are checked where the backend's text is made
+			// (fragments.backends), once per change of them.
 			v.Backends = append(v.Backends, vb)
 		}
 	}

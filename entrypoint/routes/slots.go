@@ -1,8 +1,8 @@
 package routes
 
 import (
-	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -92,20 +92,17 @@ func planSlots(committed []slot, servers []Server, minSlots int, drain time.Dura
 		}
 		slots[i] = s
 	}
-	want := make(map[string]Server, len(servers))
-	for _, s := range servers {
-		want[s.Instance] = s
-	}
+	find := indexServers(servers)
 	var recheck time.Time
-	held := make(map[string]bool, len(servers))
+	held := make([]bool, len(servers)) // by index in servers
 	for i := range slots {
 		sl := slots[i]
 		if sl.key == "" {
 			continue
 		}
-		if s, ok := want[sl.key]; ok {
-			set(i, slot{key: sl.key, srv: s})
-			held[sl.key] = true
+		if j := find(sl.key); j >= 0 {
+			set(i, slot{key: sl.key, srv: servers[j]})
+			held[j] = true
 			continue
 		}
 		if sl.drainUntil.IsZero() {
@@ -120,8 +117,8 @@ func planSlots(committed []slot, servers []Server, minSlots int, drain time.Dura
 			recheck = sl.drainUntil
 		}
 	}
-	for _, s := range servers {
-		if held[s.Instance] {
+	for j, s := range servers {
+		if held[j] {
 			continue
 		}
 		i := slices.IndexFunc(slots, func(sl slot) bool { return sl.key == "" })
@@ -132,9 +129,30 @@ func planSlots(committed []slot, servers []Server, minSlots int, drain time.Dura
 			slots, owned = grown, true
 		}
 		set(i, slot{key: s.Instance, srv: s})
-		held[s.Instance] = true
+		held[j] = true
 	}
 	return slots, recheck
+}
+
+// indexServers returns a lookup of a server's index by instance ID (-1:
+// none): a scan for the few servers of most backends, a map for many.
+// Instance IDs are unique within a service.
+func indexServers(servers []Server) func(string) int {
+	if len(servers) <= 32 {
+		return func(id string) int {
+			return slices.IndexFunc(servers, func(s Server) bool { return s.Instance == id })
+		}
+	}
+	m := make(map[string]int, len(servers))
+	for j, s := range servers {
+		m[s.Instance] = j
+	}
+	return func(id string) int {
+		if j, ok := m[id]; ok {
+			return j
+		}
+		return -1
+	}
 }
 
 func nextPow2(n int) int {
@@ -145,13 +163,31 @@ func nextPow2(n int) int {
 	return p
 }
 
+// slotNames are the names of the first slots, made once: a rendering
+// names every slot of every backend.
+var slotNames = func() []string {
+	n := make([]string, 256)
+	for i := range n {
+		n[i] = "s" + strconv.Itoa(i+1)
+	}
+	return n
+}()
+
+// slotName names the slot at index i: s1, s2…
+func slotName(i int) string {
+	if i < len(slotNames) {
+		return slotNames[i]
+	}
+	return "s" + strconv.Itoa(i+1)
+}
+
 // slotServers turns slots into the template's servers and the rendering's
 // description of them.
 func slotServers(backend string, slots []slot) ([]viewServer, []model.ServerSlot) {
 	vs := make([]viewServer, len(slots))
 	ms := make([]model.ServerSlot, len(slots))
 	for i, sl := range slots {
-		name := fmt.Sprintf("s%d", i+1)
+		name := slotName(i)
 		m := model.ServerSlot{Backend: backend, Server: name, Weight: 1, State: model.SlotMaint}
 		v := viewServer{Name: name, Addr: unusedAddr, Weight: 1, Disabled: true}
 		if sl.key != "" {
@@ -169,4 +205,45 @@ func slotServers(backend string, slots []slot) ([]viewServer, []model.ServerSlot
 		vs[i], ms[i] = v, m
 	}
 	return vs, ms
+}
+
+// slotCache keeps slotServers' answer per backend for the slots it was
+// made from. planSlots returns a backend's committed slots themselves
+// when none changed, so the same slice means the same answer: one change
+// does not rebuild the servers of every backend. Each rendering keeps only
+// the backends it renders.
+type slotCache struct {
+	mu   sync.Mutex
+	last map[string]slotServersOf
+	next map[string]slotServersOf
+}
+
+type slotServersOf struct {
+	slots []slot
+	vs    []viewServer
+	ms    []model.ServerSlot
+}
+
+// of is slotServers(backend, slots), from the cache when slots is the
+// slice it was made from. Call done after the rendering's last of.
+func (c *slotCache) of(backend string, slots []slot) ([]viewServer, []model.ServerSlot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.next == nil {
+		c.next = map[string]slotServersOf{}
+	}
+	e, ok := c.last[backend]
+	if !ok || len(e.slots) != len(slots) || len(slots) == 0 || &e.slots[0] != &slots[0] {
+		e.slots = slots
+		e.vs, e.ms = slotServers(backend, slots)
+	}
+	c.next[backend] = e
+	return e.vs, e.ms
+}
+
+// done ends a rendering: what it did not ask for is forgotten.
+func (c *slotCache) done() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.last, c.next = c.next, nil
 }

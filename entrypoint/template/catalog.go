@@ -68,19 +68,21 @@ func (r *render) withoutControls(c *model.Catalog) *model.Catalog {
 			report(fmt.Sprintf("node %q: %v; node left out", n.Name, err))
 			continue
 		}
-		what := fmt.Sprintf("node %q", n.Name)
+		what := func() string { return fmt.Sprintf("node %q", n.Name) }
 		n.ID = cleanField(what, "ID", n.ID, report)
 		n.Meta = cleanMap(what, "meta", n.Meta, r.t.opts.RawMeta, report)
 		n.TaggedAddresses = cleanMap(what, "tagged address", n.TaggedAddresses, false, report)
 		out.Nodes = append(out.Nodes, n)
 	}
+	out.Instances = make([]model.Instance, 0, len(c.Instances))
 	for _, in := range c.Instances {
 		if err := model.CheckInstance(in); err != nil {
 			report(fmt.Sprintf("service %q instance %q: %v; instance left out", in.Name, in.ID, err))
 			continue
 		}
-		what := fmt.Sprintf("service %q instance %q", in.Name, in.ID)
-		node := fmt.Sprintf("node %q", in.Node)
+		// Named only when something is reported: most instances are clean.
+		what := func() string { return fmt.Sprintf("service %q instance %q", in.Name, in.ID) }
+		node := func() string { return fmt.Sprintf("node %q", in.Node) }
 		in.NodeID = cleanField(node, "ID", in.NodeID, report)
 		in.Kind = cleanField(what, "kind", in.Kind, report)
 		in.Namespace = cleanField(what, "namespace", in.Namespace, report)
@@ -88,7 +90,7 @@ func (r *render) withoutControls(c *model.Catalog) *model.Catalog {
 			tags := make([]string, 0, len(in.Tags))
 			for _, t := range in.Tags {
 				if hasControl(t) {
-					report(fmt.Sprintf("%s: tag %q has a control character; tag left out", what, t))
+					report(fmt.Sprintf("%s: tag %q has a control character; tag left out", what(), t))
 					continue
 				}
 				tags = append(tags, t)
@@ -105,18 +107,18 @@ func (r *render) withoutControls(c *model.Catalog) *model.Catalog {
 }
 
 // cleanField is v, or "" when it holds a control character.
-func cleanField(what, field, v string, report func(string)) string {
+func cleanField(what func() string, field, v string, report func(string)) string {
 	if !hasControl(v) {
 		return v
 	}
-	report(fmt.Sprintf("%s: %s %q has a control character; %s left out", what, field, v, field))
+	report(fmt.Sprintf("%s: %s %q has a control character; %s left out", what(), field, v, field))
 	return ""
 }
 
 // cleanMap returns m without the keys whose key, or value unless rawValues,
 // holds a control character; m itself is shared with the state and never
 // changed.
-func cleanMap(what, kind string, m map[string]string, rawValues bool, report func(string)) map[string]string {
+func cleanMap(what func() string, kind string, m map[string]string, rawValues bool, report func(string)) map[string]string {
 	bad := func(k, v string) bool { return hasControl(k) || (!rawValues && hasControl(v)) }
 	dirty := false
 	for k, v := range m {
@@ -131,7 +133,7 @@ func cleanMap(what, kind string, m map[string]string, rawValues bool, report fun
 	out := make(map[string]string, len(m))
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		if bad(k, m[k]) {
-			report(fmt.Sprintf("%s: %s %q has a control character; key left out", what, kind, k))
+			report(fmt.Sprintf("%s: %s %q has a control character; key left out", what(), kind, k))
 			continue
 		}
 		out[k] = m[k]
@@ -165,9 +167,9 @@ func (r *render) service(args ...string) ([]*HealthService, error) {
 	if !ok {
 		return out, nil
 	}
-	for i := range cat.Instances {
+	for _, i := range r.instancesOf(cat, q.name) {
 		in := &cat.Instances[i]
-		if in.Name != q.name || (q.tag != "" && !slices.Contains(in.Tags, q.tag)) || !model.HealthFilter(q.filter, in.Status) {
+		if (q.tag != "" && !slices.Contains(in.Tags, q.tag)) || !model.HealthFilter(q.filter, in.Status) {
 			continue
 		}
 		out = append(out, newHealthService(in, cmp.Or(in.Datacenter, cat.Datacenter, q.dc)))
@@ -176,6 +178,24 @@ func (r *render) service(args ...string) ([]*HealthService, error) {
 		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID))
 	})
 	return out, nil
+}
+
+// instancesOf returns the indices of name's instances in cat, in cat's
+// order, from an index made at the first call for cat: a template that
+// asks for each of S services would otherwise read the catalog S times.
+func (r *render) instancesOf(cat *model.Catalog, name string) []int {
+	idx, ok := r.byName[cat]
+	if !ok {
+		idx = map[string][]int{}
+		for i := range cat.Instances {
+			idx[cat.Instances[i].Name] = append(idx[cat.Instances[i].Name], i)
+		}
+		if r.byName == nil {
+			r.byName = map[*model.Catalog]map[string][]int{}
+		}
+		r.byName[cat] = idx
+	}
+	return idx[name]
 }
 
 func newHealthService(in *model.Instance, dc string) *HealthService {

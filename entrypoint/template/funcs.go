@@ -24,6 +24,7 @@ type render struct {
 	skipped []string
 	scratch Scratch
 	clean   map[model.Query]*model.Catalog // catalogs without unrepresentable entries
+	byName  map[*model.Catalog]map[string][]int
 }
 
 // result records q and returns State's answer; without one q is missing.

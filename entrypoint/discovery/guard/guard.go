@@ -195,17 +195,16 @@ func (g *Guard) hold(s model.Snapshot, now time.Time) {
 	}
 	for q, r := range s.Results {
 		prev := g.sent[q]
-		if r.Catalog == nil || prev == nil {
+		if r.Catalog == nil || prev == nil || r.Catalog == prev {
 			continue
 		}
-		present := map[key]bool{}
+		present := make(map[[2]string]bool, len(r.Catalog.Instances))
 		for _, in := range r.Catalog.Instances {
-			present[key{q, in.Name, in.ID}] = true
+			present[[2]string{in.Name, in.ID}] = true
 		}
 		var gone []model.Instance
 		for _, in := range prev.Instances {
-			k := key{q, in.Name, in.ID}
-			if !present[k] && g.held[k] == nil {
+			if !present[[2]string{in.Name, in.ID}] && (len(g.held) == 0 || g.held[key{q, in.Name, in.ID}] == nil) {
 				gone = append(gone, in)
 			}
 		}

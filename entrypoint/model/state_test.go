@@ -1,0 +1,89 @@
+package model
+
+import (
+	"reflect"
+	"testing"
+)
+
+// EqualInstances sees a change to any field of an Instance, including
+// one added later: each field of a filled instance is set to another
+// value in turn, by reflection.
+func TestEqualInstancesSeesEveryField(t *testing.T) {
+	full := Instance{Source: "s", Datacenter: "dc", Node: "n", NodeID: "nid", NodeAddress: "10.0.0.1",
+		NodeTaggedAddresses: map[string]string{"lan": "10.0.0.1"}, NodeMeta: map[string]string{"rack": "1"},
+		ID: "id", Name: "web", Kind: "k", Namespace: "ns", Address: "10.0.0.2", Port: 80, Tags: []string{"a"},
+		Meta: map[string]string{"v": "1"}, TaggedAddresses: map[string]string{"wan": "192.0.2.1"}, Weight: 2,
+		WarningWeight: 1, Status: StatusPassing, Checks: []Check{{CheckID: "c", Status: StatusPassing}}, Registered: 7}
+	if !EqualInstances([]Instance{full}, []Instance{full}) {
+		t.Fatal("an instance differs from itself")
+	}
+	typ := reflect.TypeOf(full)
+	for i := range typ.NumField() {
+		changed := full
+		f := reflect.ValueOf(&changed).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString(f.String() + "x")
+		case reflect.Int:
+			f.SetInt(f.Int() + 1)
+		case reflect.Uint64:
+			f.SetUint(f.Uint() + 1)
+		case reflect.Slice:
+			f.Set(reflect.Append(f, f.Index(0)))
+		case reflect.Map:
+			m := reflect.MakeMap(f.Type())
+			m.SetMapIndex(reflect.ValueOf("other"), reflect.ValueOf("1"))
+			f.Set(m)
+		default:
+			t.Fatalf("field %s: kind %s not covered by this test", typ.Field(i).Name, f.Kind())
+		}
+		if EqualInstances([]Instance{full}, []Instance{changed}) {
+			t.Errorf("a change to %s is not seen", typ.Field(i).Name)
+		}
+	}
+	if EqualInstances([]Instance{full}, nil) {
+		t.Error("one instance equals none")
+	}
+}
+
+// EqualResults sees a change to any field of a Node (the instances are
+// EqualInstances'), and to a Result's KV pairs and datacenters.
+func TestEqualResultsSeesEveryNodeField(t *testing.T) {
+	node := Node{ID: "i", Name: "n", Address: "10.0.0.1", Datacenter: "dc", TaggedAddresses: map[string]string{"lan": "x"},
+		Meta: map[string]string{"m": "1"}}
+	results := func(n Node) map[Query]Result {
+		return map[Query]Result{
+			LocalCatalog:               {Catalog: &Catalog{Datacenter: "dc", Nodes: []Node{n}}},
+			{Kind: QueryKey, Key: "k"}: {Pairs: []KVPair{{Key: "k", Value: "v"}}},
+			{Kind: QueryDatacenters}:   {Datacenters: []string{"dc"}},
+		}
+	}
+	if !EqualResults(results(node), results(node)) {
+		t.Fatal("results differ from themselves")
+	}
+	typ := reflect.TypeOf(node)
+	for i := range typ.NumField() {
+		changed := node
+		f := reflect.ValueOf(&changed).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString(f.String() + "x")
+		case reflect.Map:
+			f.Set(reflect.ValueOf(map[string]string{"other": "1"}))
+		default:
+			t.Fatalf("field %s: kind %s not covered by this test", typ.Field(i).Name, f.Kind())
+		}
+		if EqualResults(results(node), results(changed)) {
+			t.Errorf("a change to Node.%s is not seen", typ.Field(i).Name)
+		}
+	}
+	other := results(node)
+	other[Query{Kind: QueryKey, Key: "k"}] = Result{Pairs: []KVPair{{Key: "k", Value: "w"}}}
+	if EqualResults(results(node), other) {
+		t.Error("a changed value is not seen")
+	}
+	other[Query{Kind: QueryKey, Key: "k"}] = Result{}
+	if EqualResults(results(node), other) {
+		t.Error("a key gone is not seen")
+	}
+}
