@@ -128,24 +128,33 @@ func planSlots(committed []slot, servers []Server, minSlots int, drain time.Dura
 			copy(grown, slots)
 			slots, owned = grown, true
 		}
-		set(i, slot{key: s.Instance, srv: s})
+		set(i, slot{key: s.slotKey(), srv: s})
 		held[j] = true
 	}
 	return slots, recheck
 }
 
-// indexServers returns a lookup of a server's index by instance ID (-1:
+// slotKey is what holds a slot: the instance at its address. An instance
+// that moves (re-registered at another address or port) takes another
+// slot and its old one drains, rather than the slot's address changing
+// under it: HAProxy keeps sending a kept-alive client's requests over the
+// server connection its session holds for as long as the same server is
+// picked, which would be the old address, maybe an old process still
+// answering, until that connection closed.
+func (s Server) slotKey() string { return s.Instance + "@" + s.Addr() }
+
+// indexServers returns a lookup of a server's index by slot key (-1:
 // none): a scan for the few servers of most backends, a map for many.
 // Instance IDs are unique within a service.
 func indexServers(servers []Server) func(string) int {
 	if len(servers) <= 32 {
 		return func(id string) int {
-			return slices.IndexFunc(servers, func(s Server) bool { return s.Instance == id })
+			return slices.IndexFunc(servers, func(s Server) bool { return s.slotKey() == id })
 		}
 	}
 	m := make(map[string]int, len(servers))
 	for j, s := range servers {
-		m[s.Instance] = j
+		m[s.slotKey()] = j
 	}
 	return func(id string) int {
 		if j, ok := m[id]; ok {
@@ -191,7 +200,7 @@ func slotServers(backend string, slots []slot) ([]viewServer, []model.ServerSlot
 		m := model.ServerSlot{Backend: backend, Server: name, Weight: 1, State: model.SlotMaint}
 		v := viewServer{Name: name, Addr: unusedAddr, Weight: 1, Disabled: true}
 		if sl.key != "" {
-			m.Instance = sl.key
+			m.Instance = sl.srv.Instance
 			m.Address, m.Port, m.Weight = sl.srv.Address.Host, sl.srv.Port, sl.srv.Weight
 			v.Addr, v.Weight = sl.srv.Addr(), sl.srv.Weight
 			if sl.drainUntil.IsZero() {

@@ -102,3 +102,25 @@ func TestSlotsSurviveANewRenderer(t *testing.T) {
 		t.Errorf("after SIGHUP's new renderer: %s, want %s", got, want)
 	}
 }
+
+// An instance that moves (the same ID at another port) takes a free slot
+// and its old one drains at the old address: changing the slot's address
+// in place would leave kept-alive clients on the old address (see
+// Server.slotKey; cmd/seamless TestMoveOnKeepAlive with a real HAProxy).
+func TestAMovedInstanceTakesAnotherSlot(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	r := mustNew(t, slotOpts(&now))
+	before := render(t, r, catalog(webs(2)...))
+	moved := webs(2)
+	moved[0].Port = 9090
+	after := render(t, r, catalog(moved...))
+	if got, want := slotStates(after), "s1=web1:drain s2=web2:ready s3=web1:ready s4=:maint "; got != want {
+		t.Errorf("after the move: %s, want %s", got, want)
+	}
+	if !bytes.Equal(after.Structure, before.Structure) {
+		t.Error("the move changed the structure; it fits the free slots")
+	}
+	if s1, s3 := after.Servers[0], after.Servers[2]; s1.Port != 8080 || s3.Port != 9090 {
+		t.Errorf("s1 at port %d (want the old 8080, draining), s3 at %d (want 9090)", s1.Port, s3.Port)
+	}
+}
