@@ -11,7 +11,8 @@ import (
 
 // Server slots let membership change without a reload: every backend has
 // a fixed number of servers, s1…sN; an instance keeps its slot for as long
-// as it exists, a new one takes a free slot, and the applier changes a
+// as it exists at the same address, a new one (or one that moved) takes a
+// free slot, and the applier changes a
 // slot's address, weight and state over HAProxy's runtime API. Only a
 // backend that outgrows its slots needs a reload, with twice as many.
 //
