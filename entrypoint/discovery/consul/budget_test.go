@@ -12,30 +12,7 @@ import (
 
 // populate registers n services with one instance each, spread over ten
 // nodes, each with a passing check: a few transactions, not n writes.
-func populate(t testing.TB, c *api.Client, n int) {
-	t.Helper()
-	var ops api.TxnOps
-	for i := range min(n, 10) {
-		ops = append(ops, &api.TxnOp{Node: &api.NodeTxnOp{Verb: api.NodeSet,
-			Node: api.Node{Node: fmt.Sprintf("node-%d", i), Address: fmt.Sprintf("10.0.0.%d", i+1)}}})
-	}
-	for i := range n {
-		node, name := fmt.Sprintf("node-%d", i%10), fmt.Sprintf("svc-%d", i)
-		ops = append(ops,
-			&api.TxnOp{Service: &api.ServiceTxnOp{Verb: api.ServiceSet, Node: node,
-				Service: api.AgentService{ID: name, Service: name, Port: 8000 + i}}},
-			&api.TxnOp{Check: &api.CheckTxnOp{Verb: api.CheckSet, Check: api.HealthCheck{Node: node,
-				CheckID: name + "-http", Name: name + "-http", Status: api.HealthPassing, ServiceID: name}}})
-	}
-	for len(ops) > 0 {
-		chunk := ops[:min(len(ops), 64)] // Consul's limit of operations per transaction
-		ops = ops[len(chunk):]
-		ok, resp, _, err := c.Txn().Txn(chunk, nil)
-		if err != nil || !ok {
-			t.Fatalf("registering services: %v %+v", err, resp)
-		}
-	}
-}
+func populate(t testing.TB, c *api.Client, n int) { populateK(t, c, n, 1) }
 
 // setCheck changes the check of service svc-i (registered by populate),
 // and nothing else: one write to the checks table.
