@@ -3,9 +3,11 @@ package main
 // `tls`: HTTPS through seamless's built-in HTTPS frontend while a
 // certificate rotates.
 //
-// One seamless (real HAProxy) per variant serves a host, bench.test, from a
-// SEAMLESS_CERTS_DIR on 127.0.0.1. Two bounded loads run at once for
-// -duration: -workers clients that open a new TLS connection for every
+// A seamless of its own (real HAProxy) for each run of a variant serves a
+// host, bench.test, from a SEAMLESS_CERTS_DIR on 127.0.0.1. Each variant
+// runs once per round, -rounds rounds interleaved (abc abc ...), and its
+// rounds are added up. Two bounded loads run at once for -duration:
+// -workers clients that open a new TLS connection for every
 // request (a full handshake each, no session resumption) and -workers
 // clients on keep-alive connections. Requests are never retried. The
 // variants:
@@ -18,8 +20,7 @@ package main
 //
 // After each rotation, handshakes poll until the new serial is served
 // (within the period, or it counts as not served); the reloads are
-// seamless_reloads_total's increase. Two tables, one
-// per client mode, give the rates with their ratio to a, the failures,
+// seamless_reloads_total's increase. Two tables, one per client mode, give the rates with their ratio to a, the failures,
 // p50/p99 latency (a new connection's includes its handshake), rotations
 // and reloads.
 
@@ -49,7 +50,7 @@ type tlsOptions struct {
 	seamless, haproxy string
 	duration, rotate  time.Duration
 	warmup            time.Duration
-	workers           int
+	workers, rounds   int
 	maxRequests       int64
 	variants          []tlsVariant
 	keep              bool
@@ -72,7 +73,8 @@ func parseTLSFlags(args []string, stderr io.Writer) (tlsOptions, error) {
 	o := tlsOptions{}
 	fs.StringVar(&o.seamless, "seamless", "bin/seamless", "the seamless binary")
 	fs.StringVar(&o.haproxy, "haproxy", envOr("SEAMLESS_HAPROXY_BIN", "haproxy"), "the HAProxy binary")
-	fs.DurationVar(&o.duration, "duration", 20*time.Second, "load per variant")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "load per variant and round")
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds, each running every variant once")
 	fs.DurationVar(&o.rotate, "rotate", time.Second, "certificate rotation period (variants b and c)")
 	fs.DurationVar(&o.warmup, "warmup", 3*time.Second, "an unmeasured run of variant a first; 0: none")
 	fs.IntVar(&o.workers, "workers", 4, "clients per mode (new connections, keep-alive)")
@@ -96,6 +98,8 @@ func parseTLSFlags(args []string, stderr io.Writer) (tlsOptions, error) {
 		return o, fmt.Errorf("-duration %v: between 0 and 1h", o.duration)
 	case o.rotate < 10*time.Millisecond:
 		return o, fmt.Errorf("-rotate %v: 10ms at least", o.rotate)
+	case o.rounds < 1 || o.rounds > 100:
+		return o, fmt.Errorf("-rounds %d: 1 to 100", o.rounds)
 	case o.workers < 1 || o.workers > 256:
 		return o, fmt.Errorf("-workers %d: 1 to 256", o.workers)
 	case o.maxRequests < 1:
@@ -166,27 +170,54 @@ func runTLS(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			log.Warn("warm-up failed", "err", r.err)
 		}
 	}
-	var results []tlsResult
-	for _, v := range o.variants {
-		if ctx.Err() != nil {
-			break
+	// Rounds interleave the variants (abc abc ...) so that a machine
+	// busier during one part of the run does not weigh on one variant.
+	results := make([]tlsResult, len(o.variants))
+	for round := 1; round <= o.rounds; round++ {
+		for i, v := range o.variants {
+			if ctx.Err() != nil || results[i].err != nil {
+				continue
+			}
+			log.Info("running", "variant", v.key, "name", v.name, "round", round, "for", o.duration)
+			r := runTLSVariant(ctx, log, o, filepath.Join(root, fmt.Sprintf("%s%d", v.key, round)), be.ports["bench"], v)
+			if r.err != nil {
+				failed = true
+				log.Error("variant failed", "variant", v.key, "round", round, "err", r.err)
+			}
+			results[i].add(r)
 		}
-		log.Info("running", "variant", v.key, "name", v.name, "for", o.duration)
-		r := runTLSVariant(ctx, log, o, filepath.Join(root, v.key), be.ports["bench"], v)
-		if r.err != nil {
-			failed = true
-			log.Error("variant failed", "variant", v.key, "err", r.err)
-		}
-		results = append(results, r)
 	}
 	version, _ := exec.Command(o.haproxy, "-v").Output()
 	line, _, _ := strings.Cut(string(version), "\n")
-	fmt.Fprintf(stdout, "%s; %v per variant, %d clients per mode, rotation every %v\n\n", strings.TrimSpace(line), o.duration, o.workers, o.rotate)
+	fmt.Fprintf(stdout, "%s; %d rounds of %v per variant, interleaved; %d clients per mode; rotation every %v\n\n",
+		strings.TrimSpace(line), o.rounds, o.duration, o.workers, o.rotate)
 	printTLSTables(stdout, o, results)
 	if failed || ctx.Err() != nil {
 		return 1
 	}
 	return 0
+}
+
+// add merges round r into the variant's totals.
+func (t *tlsResult) add(r tlsResult) {
+	t.v = r.v
+	if r.err != nil {
+		t.err = r.err
+		return
+	}
+	t.elapsed += r.elapsed
+	t.rotations += r.rotations
+	t.served = append(t.served, r.served...)
+	t.reloads += r.reloads
+	t.other += r.other
+	for _, pair := range [][2]**tlsLoad{{&t.fresh, &r.fresh}, {&t.keep, &r.keep}} {
+		into, from := pair[0], *pair[1]
+		if *into == nil {
+			*into = from
+			continue
+		}
+		(*into).merge(from)
+	}
 }
 
 // runTLSVariant starts a seamless of its own in dir, runs both loads with

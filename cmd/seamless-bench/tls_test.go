@@ -22,7 +22,7 @@ func TestTLSAllVariants(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	code := run(ctx, []string{"seamless-bench", "tls", "-seamless", seamlessBin, "-duration", "3s", "-rotate", "500ms",
+	code := run(ctx, []string{"seamless-bench", "tls", "-seamless", seamlessBin, "-duration", "3s", "-rounds", "1", "-rotate", "500ms",
 		"-warmup", "0", "-workers", "2", "-max-requests", "20000"}, &stdout, &stderr)
 	t.Logf("tables:\n%s", stdout.String())
 	if code != 0 {

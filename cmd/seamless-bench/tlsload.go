@@ -38,6 +38,21 @@ func newTLSLoad(addr, host string, keepAlive bool, max int64) *tlsLoad {
 	return &tlsLoad{addr: addr, host: host, keepAlive: keepAlive, max: max, errs: map[string]int64{}}
 }
 
+// merge adds o's counts and latencies to l's.
+func (l *tlsLoad) merge(o *tlsLoad) {
+	if o == nil {
+		return
+	}
+	l.handshakes += o.handshakes
+	l.hsFailed += o.hsFailed
+	l.requests += o.requests
+	l.reqFailed += o.reqFailed
+	l.lat = append(l.lat, o.lat...)
+	for k, v := range o.errs {
+		l.errs[k] += v
+	}
+}
+
 // run runs workers until ctx ends or the load has issued max requests.
 func (l *tlsLoad) run(ctx context.Context, workers int) {
 	var wg sync.WaitGroup
