@@ -8,7 +8,7 @@ CACHE := $(CURDIR)/.cache
 
 .PHONY: all build deps test test-matrix test-docker image consul consul-template pebble demo demo-reload bench-reload clean \
 	image-consul image-demo-backend compose-consul compose-file compose-docker compose-down \
-	bench-propagation bench-scale bench-peer chaos
+	bench-propagation bench-scale bench-peer bench-tls chaos
 
 all: build
 
@@ -63,14 +63,15 @@ test: deps $(CONSUL) $(CONSUL_TEMPLATE) $(PEBBLE) $(CHALLTESTSRV)
 	$(MAKE) test-matrix
 	$(MAKE) test-docker chaos
 
-# The supervisor and master-CLI tests again against HAProxy 3.0 (trixie)
-# and 3.2 (forky), whose master CLI answers reloads differently from 2.6.
+# The supervisor, master-CLI and certificate runtime-API tests again
+# against HAProxy 3.0 (trixie) and 3.2 (forky), whose master CLI answers
+# reloads differently from 2.6.
 test-matrix:
 	integration/hostmatrix/prepare.sh $(TEST_CACHE)
 	@set -e; for v in $(MATRIX); do \
 		echo "== HAProxy $$v"; \
 		SEAMLESS_HAPROXY_BIN=$(TEST_CACHE)/bin/haproxy-$$v \
-			$(GO) test -count=1 -timeout 15m ./cmd/seamless ./entrypoint/haproxy; \
+			$(GO) test -count=1 -timeout 15m ./cmd/seamless ./entrypoint/haproxy ./entrypoint/certs; \
 	done
 
 # HAProxy with the demo config and three demo backends, on 127.0.0.1:
@@ -212,6 +213,13 @@ bench-scale: deps build $(CONSUL)
 bench-peer: deps build $(CONSUL) $(CONSUL_TEMPLATE)
 	$(GO) run ./cmd/seamless-bench peer -seamless bin/seamless -consul $(CONSUL) \
 		-consul-template $(CONSUL_TEMPLATE) $(BENCH_FLAGS)
+
+# HTTPS through the built-in HTTPS frontend (host HAProxy): new TLS
+# handshakes and keep-alive requests with no rotation, a certificate
+# rotated every second over the runtime API, and the same plus a reload per
+# rotation (a certbot deploy hook), side by side.
+bench-tls: deps build
+	$(GO) run ./cmd/seamless-bench tls -seamless bin/seamless $(BENCH_FLAGS)
 
 clean:
 	rm -rf bin $(CACHE)

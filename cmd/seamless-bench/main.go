@@ -8,9 +8,11 @@
 //	seamless-bench peer [flags]          side by side with consul-template: change →
 //	                                     rendered file (and served), Consul bytes and
 //	                                     CPU per change, RSS
+//	seamless-bench tls [flags]           HTTPS handshakes and requests while a
+//	                                     certificate rotates, with and without reloads
 //
 // The discovery benchmarks are described in propagation.go, scale.go and
-// peer.go.
+// peer.go, the TLS one in tls.go.
 //
 // `reload`:
 //
@@ -69,10 +71,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return runScale(ctx, args[2:], stdout, stderr)
 		case "peer":
 			return runPeer(ctx, args[2:], stdout, stderr)
+		case "tls":
+			return runTLS(ctx, args[2:], stdout, stderr)
 		}
 	}
 	name := filepath.Base(args[0])
-	fmt.Fprintf(stderr, "usage: %s reload|propagation|scale|peer [flags]  (see %s COMMAND -h)\n", name, name)
+	fmt.Fprintf(stderr, "usage: %s reload|propagation|scale|peer|tls [flags]  (see %s COMMAND -h)\n", name, name)
 	return 2
 }
 

@@ -141,7 +141,7 @@ func TestHTTPSAndRedirect(t *testing.T) {
 	}
 
 	// The expiry metric, and the default certificate kept for the next start.
-	if v := testenv.Metric(t, in.status, `seamless_certificate_expiry_seconds{name="shop",source="dir"}`); v < float64(time.Now().Unix()) {
+	if v := testenv.Metric(t, in.status, `seamless_certificate_expiry_seconds{host="shop.test",name="shop",source="dir"}`); v < float64(time.Now().Unix()) {
 		t.Errorf("expiry metric = %v", v)
 	}
 	if _, err := os.Stat(filepath.Join(state, "certs", "default.pem")); err != nil {

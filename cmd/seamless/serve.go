@@ -177,7 +177,7 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 
 	if cfg.StatusAddr != "" {
 		srv, err := status.Listen(cfg.StatusAddr, m.Registry, sup.Healthy, ready, log,
-			status.WithStatus(statusProvider(disc, cli, cl.ConfigFiles, reloads)))
+			status.WithStatus(statusProvider(disc, cli, cl.ConfigFiles, reloads, hc)))
 		if err != nil {
 			log.Error("cannot listen on SEAMLESS_STATUS_ADDR", "addr", cfg.StatusAddr, "err", err)
 			return exitUsage

@@ -6,11 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"math/big"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/seamless-lb/seamless/entrypoint/apply"
+	"github.com/seamless-lb/seamless/entrypoint/certs"
 	"github.com/seamless-lb/seamless/entrypoint/haproxy"
 	"github.com/seamless-lb/seamless/entrypoint/model"
 	"github.com/seamless-lb/seamless/entrypoint/status"
@@ -23,11 +26,15 @@ const showProcTimeout = time.Second
 
 // statusProvider makes /status and the page at / from what serve has: the
 // discovery half (nil in drop-in mode), the master CLI, and the files
-// HAProxy loads (in discovery mode, the rendered one).
-func statusProvider(disc *discovery, cli *haproxy.MasterCLI, configFiles []string, reloads *reloadLog) status.Provider {
+// HAProxy loads (in discovery mode, the rendered one), and the HTTPS
+// certificates (nil without the built-in HTTPS frontend).
+func statusProvider(disc *discovery, cli *haproxy.MasterCLI, configFiles []string, reloads *reloadLog, hc *httpsCerts) status.Provider {
 	p := &statusPage{procs: cli, stats: cli, reloads: reloads, files: slices.Clone(configFiles), now: time.Now, timeout: showProcTimeout}
 	if disc != nil {
 		p.applier = disc.applier
+	}
+	if hc != nil {
+		p.certs = hc.inst.Served
 	}
 	p.hostname, _ = os.Hostname()
 	return p.report
@@ -53,8 +60,9 @@ type statReader interface {
 type statusPage struct {
 	applier  applierView // nil in drop-in mode
 	procs    procLister
-	stats    statReader // nil: no backends shown
-	reloads  *reloadLog // nil: no reloads shown
+	stats    statReader            // nil: no backends shown
+	reloads  *reloadLog            // nil: no reloads shown
+	certs    func() []certs.Served // nil: no HTTPS frontend
 	files    []string
 	hostname string
 	now      func() time.Time
@@ -99,7 +107,29 @@ func (p *statusPage) report(ctx context.Context) status.Report {
 	if p.stats != nil {
 		r.Backends, r.BackendsError = p.backends(ctx, run)
 	}
+	if p.certs != nil {
+		r.Certificates = certificates(p.certs(), r.Time)
+	}
 	return r
+}
+
+func certificates(served []certs.Served, now time.Time) []status.Certificate {
+	out := make([]status.Certificate, 0, len(served))
+	for _, s := range served {
+		out = append(out, status.Certificate{Name: s.Name, Source: s.Source, Hosts: slices.Clone(s.Names),
+			Issuer: s.Issuer, Serial: serialHex(s.Serial), NotAfter: s.NotAfter.UTC(), Expiring: s.Expiring(now),
+			ServedSince: s.Since.UTC(), File: s.File})
+	}
+	return out
+}
+
+// serialHex prints a serial as HAProxy's `show ssl cert` and openssl do:
+// upper-case hex in whole bytes.
+func serialHex(n *big.Int) string {
+	if n == nil {
+		return ""
+	}
+	return strings.ToUpper(hex.EncodeToString(n.Bytes()))
 }
 
 func (p *statusPage) haproxy(ctx context.Context) status.HAProxy {

@@ -36,7 +36,7 @@ func sha(t *testing.T, path string) string {
 func TestStatusProviderReadsTheRunningHAProxy(t *testing.T) {
 	_, s, in := serving(t, 1, startOpts{})
 	want := in.showProc()
-	r := statusProvider(nil, in.cli(), []string{s.path}, nil)(context.Background())
+	r := statusProvider(nil, in.cli(), []string{s.path}, nil, nil)(context.Background())
 
 	if r.Mode != status.ModeDropIn || r.Version != version || len(r.Sources) != 0 || len(r.Applies) != 0 {
 		t.Errorf("drop-in report: mode %q version %q sources %v applies %v", r.Mode, r.Version, r.Sources, r.Applies)
@@ -70,7 +70,7 @@ func TestStatusProviderReadsTheRunningHAProxy(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	r = statusProvider(nil, in.cli(), []string{s.path}, nil)(context.Background())
+	r = statusProvider(nil, in.cli(), []string{s.path}, nil, nil)(context.Background())
 	if len(r.HAProxy.Workers) != 1 || r.HAProxy.Workers[0].Pid == want.Workers[0].Pid || r.HAProxy.Master.Reloads < 1 {
 		t.Errorf("after a reload: %+v", r.HAProxy)
 	}

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -48,6 +49,10 @@ type Installer struct {
 	list      string
 	def       *Entry
 	installed map[string]*Entry
+
+	mu    sync.Mutex           // guards since and installed for Served
+	since map[string]time.Time // when each name's current content was installed
+	defAt time.Time
 }
 
 // safePath is what a path must look like to appear in a crt-list line and
@@ -77,6 +82,7 @@ func NewInstaller(o InstallerOptions) (*Installer, error) {
 			"not_after", c.NotAfter.UTC().Format(time.RFC3339))
 	}
 	i.def = &Entry{Name: "default", Source: "default", File: path, Cert: c}
+	i.defAt = o.Now()
 	if o.Metrics != nil {
 		o.Metrics.set(i.def)
 	}
@@ -94,7 +100,7 @@ func (i *Installer) Prepare(set Set) error {
 	if err := i.writeFiles(set); err != nil {
 		return err
 	}
-	i.installed = maps.Clone(set.Certs)
+	i.served(set, slices.Collect(maps.Keys(set.Certs)))
 	for _, e := range set.Certs {
 		i.warnExpiry(e)
 	}
@@ -162,7 +168,6 @@ func (i *Installer) Install(ctx context.Context, set Set) error {
 		return &WriteError{Err: err}
 	}
 	old := i.installed
-	i.installed = maps.Clone(set.Certs)
 	var errs []error
 	for _, name := range removed {
 		if err := i.remove(ctx, name); err != nil {
@@ -186,6 +191,9 @@ func (i *Installer) Install(ctx context.Context, set Set) error {
 			"names", strings.Join(e.Names, ","), "serial", e.Serial.Text(16), "not_after", e.NotAfter.UTC().Format(time.RFC3339))
 		i.warnExpiry(e)
 	}
+	// Served from now: committed, or (on a runtime failure) in the files
+	// the reload below loads.
+	i.served(set, slices.Concat(added, changed))
 	if i.o.Metrics != nil {
 		for _, name := range removed {
 			i.o.Metrics.drop(old[name])

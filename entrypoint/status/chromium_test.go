@@ -36,7 +36,7 @@ func TestPageInChromium(t *testing.T) {
 	url := serve(t, fixture(), nil, errors.New("source docker has not answered yet"))
 	shot := filepath.Join(artifacts(t), "status.png")
 	// Tall enough for every section of the fixture, as docs/status.png.
-	testenv.RunChromium(t, bin, url+"/", "--screenshot="+shot, "--window-size=1280,1900")
+	testenv.RunChromium(t, bin, url+"/", "--screenshot="+shot, "--window-size=1280,2200")
 	t.Logf("screenshot: %s", shot)
 
 	f, err := os.Open(shot)
@@ -48,8 +48,8 @@ func TestPageInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := img.Bounds(); b.Dx() != 1280 || b.Dy() != 1900 {
-		t.Errorf("screenshot is %v, want 1280×1900", b.Size())
+	if b := img.Bounds(); b.Dx() != 1280 || b.Dy() != 2200 {
+		t.Errorf("screenshot is %v, want 1280×2200", b.Size())
 	}
 	// The style sheet was applied: the fills of the badges and pills
 	// (healthy, not ready, a source down) are on screen.

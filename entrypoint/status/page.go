@@ -23,6 +23,7 @@ var pageSource string
 var page = template.Must(template.New("page").Funcs(template.FuncMap{
 	"clock":   clock,
 	"ago":     ago,
+	"until":   until,
 	"seconds": seconds,
 	"short":   short,
 	"size":    size,
@@ -93,6 +94,24 @@ func ago(now, t time.Time) string {
 		return fmt.Sprintf("%dh ago", int(d/time.Hour))
 	}
 	return fmt.Sprintf("%dd ago", int(d/(24*time.Hour)))
+}
+
+// until is how long after now t is, roughly: "in 89d", "expired 2d ago".
+func until(now, t time.Time) string {
+	if t.IsZero() || now.IsZero() {
+		return ""
+	}
+	if t.Before(now) {
+		return "expired " + ago(now, t)
+	}
+	d := t.Sub(now)
+	switch {
+	case d < time.Hour:
+		return fmt.Sprintf("in %dm", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("in %dh", int(d/time.Hour))
+	}
+	return fmt.Sprintf("in %dd", int(d/(24*time.Hour)))
 }
 
 // seconds shows a duration given in seconds with a sensible unit.

@@ -62,6 +62,29 @@ type Report struct {
 	// service without routing tags, a route another service holds, an
 	// invalid tag), one line each.
 	Skipped []string `json:"skipped"`
+	// Certificates are what the HTTPS frontend of the built-in template
+	// serves, the self-signed default first; empty without one.
+	Certificates []Certificate `json:"certificates"`
+}
+
+// Certificate is one certificate HAProxy serves.
+type Certificate struct {
+	// Name is the installed file's name: the source's file name, the
+	// host for ACME, "default" for the self-signed one.
+	Name string `json:"name"`
+	// Source: dir (SEAMLESS_CERTS_DIR), acme, default, or another source.
+	Source string `json:"source"`
+	// Hosts are the DNS names it covers (its subjectAltName).
+	Hosts    []string  `json:"hosts"`
+	Issuer   string    `json:"issuer"`
+	Serial   string    `json:"serial"` // hex, as openssl prints it
+	NotAfter time.Time `json:"not_after"`
+	// Expiring: it ends within 30 days; renew or replace it.
+	Expiring bool `json:"expiring"`
+	// ServedSince is when this certificate (this serial) was installed.
+	ServedSince time.Time `json:"served_since,omitzero"`
+	// File is where it came from.
+	File string `json:"file,omitempty"`
 }
 
 // Route is one HTTP rule or TCP port of the built-in template.
@@ -225,6 +248,10 @@ func (c checks) report(ctx context.Context, p Provider) Report {
 	r.Backends = nonNil(r.Backends)
 	r.Routes = nonNil(r.Routes)
 	r.Skipped = nonNil(r.Skipped)
+	r.Certificates = nonNil(r.Certificates)
+	for i := range r.Certificates {
+		r.Certificates[i].Hosts = nonNil(r.Certificates[i].Hosts)
+	}
 	for i := range r.Backends {
 		r.Backends[i].Servers = nonNil(r.Backends[i].Servers)
 	}

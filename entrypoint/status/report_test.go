@@ -90,6 +90,16 @@ func fixture() Report {
 			`service admin: tag seamless.http.host="admin" duplicates service web's route web.example.com/ (registered first)`,
 			"service metrics: no seamless.* tags",
 		},
+		Certificates: []Certificate{
+			{Name: "default", Source: "default", Hosts: []string{"seamless.invalid"}, Issuer: "CN=seamless.invalid",
+				Serial: "5C0FFEE1", NotAfter: t0.Add(3650 * 24 * time.Hour), ServedSince: t0.Add(-41 * time.Minute),
+				File: "/var/lib/seamless/certs/default.pem"},
+			{Name: "shop", Source: "dir", Hosts: []string{"shop.example.com", "www.shop.example.com"},
+				Issuer: "CN=R11,O=Let's Encrypt,C=US", Serial: "04A1B2C3D4E5F60718293A4B5C6D7E8F9012", NotAfter: t0.Add(61 * 24 * time.Hour),
+				ServedSince: t0.Add(-2 * time.Second), File: "/etc/seamless/certs/shop.pem"},
+			{Name: "web.example.com", Source: "acme", Hosts: []string{"web.example.com"}, Issuer: "CN=R10,O=Let's Encrypt,C=US",
+				Serial: "03F2E1D0", NotAfter: t0.Add(12 * 24 * time.Hour), Expiring: true, ServedSince: t0.Add(-78 * 24 * time.Hour)},
+		},
 		HAProxy: HAProxy{
 			Version:    "3.2.4-1",
 			Master:     &Proc{Pid: 7, Reloads: 3, Version: "3.2.4-1"},
@@ -212,6 +222,9 @@ func hostile() Report {
 	r.Skipped = append(r.Skipped, x)
 	r.Routes[0].Match = x
 	r.ConfigFiles[1].DiffersReason = x
+	r.Certificates[1].Hosts[0] = x
+	r.Certificates[1].Issuer = x
+	r.Certificates[2].Serial = `" onclick="alert(1)`
 	return r
 }
 

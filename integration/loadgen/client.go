@@ -3,6 +3,7 @@ package loadgen
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -34,8 +35,12 @@ func newClient(cfg Config) *client {
 	if cfg.Mode == KeepAlive {
 		connHdr = "keep-alive"
 	}
+	host := cfg.Target
+	if cfg.TLS != nil && cfg.TLS.ServerName != "" {
+		host = cfg.TLS.ServerName
+	}
 	raw := fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: seamless-loadgen\r\nConnection: %s\r\n\r\n",
-		cfg.Path, cfg.Target, connHdr)
+		cfg.Path, host, connHdr)
 	return &client{cfg: cfg, raw: []byte(raw), req: &http.Request{Method: http.MethodGet}}
 }
 
@@ -43,8 +48,8 @@ func newClient(cfg Config) *client {
 // class. The caller ignores the class when ctx has ended.
 func (c *client) do(ctx context.Context) (body, class string) {
 	if c.conn == nil {
-		if err := c.dial(ctx); err != nil {
-			return "", classify("connect", err)
+		if phase, err := c.dial(ctx); err != nil {
+			return "", classify(phase, err)
 		}
 	}
 	if err := c.conn.SetDeadline(time.Now().Add(c.cfg.Timeout)); err != nil {
@@ -90,18 +95,31 @@ func (c *client) do(ctx context.Context) (body, class string) {
 	return strings.TrimSpace(string(kept.buf)), ""
 }
 
-func (c *client) dial(ctx context.Context) error {
+// dial connects, and with TLS shakes hands; it returns the phase that
+// failed.
+func (c *client) dial(ctx context.Context) (string, error) {
 	d := net.Dialer{Timeout: c.cfg.Timeout}
 	conn, err := d.DialContext(ctx, "tcp", c.cfg.Target)
 	if err != nil {
-		return err
+		return "connect", err
+	}
+	if c.cfg.TLS != nil {
+		tc := tls.Client(conn, c.cfg.TLS)
+		hctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		err := tc.HandshakeContext(hctx)
+		cancel()
+		if err != nil {
+			conn.Close()
+			return "handshake", err
+		}
+		conn = tc
 	}
 	c.conn = conn
 	c.br = bufio.NewReader(conn)
 	// Unblock a read or write in flight when the run ends, so Stop returns
 	// promptly instead of after a full request timeout.
 	c.stopAfter = context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-	return nil
+	return "", nil
 }
 
 func (c *client) close() {

@@ -9,6 +9,7 @@ package loadgen
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -49,6 +50,10 @@ type Config struct {
 	MaxRequests int64         // hard bound on total requests, required > 0
 	MaxDuration time.Duration // hard bound on run time, required > 0
 	Timeout     time.Duration // per-request timeout, default 5s
+	// TLS, when set, makes every connection HTTPS with this client
+	// configuration (its ServerName is also the Host header); a failed
+	// handshake is a failure of class "handshake: ...".
+	TLS *tls.Config
 }
 
 // Result holds the totals of a run.
