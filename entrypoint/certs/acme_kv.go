@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"github.com/seamless-lb/seamless/entrypoint/model"
 )
 
 // ACME shared by replicas through Consul KV (SEAMLESS_ACME_KV=PREFIX):
@@ -110,20 +111,27 @@ func (a *ACME) kvPrefix() string { return strings.TrimSuffix(a.o.KV, "/") + "/" 
 // once and after each change, until ctx ends: what other replicas ordered.
 func (a *ACME) watchStored(ctx context.Context, out chan<- map[string]*acmeCert) {
 	prefix := a.kvPrefix() + "certs/"
+	logged := map[string]uint64{} // the values refused, by key: each is logged once
 	watchKV(ctx, a.o.Consul, prefix, a.log, func(pairs api.KVPairs) {
 		m := map[string]*acmeCert{}
+		refused := map[string]uint64{}
 		for _, p := range pairs {
 			host, ok := strings.CutSuffix(strings.TrimPrefix(p.Key, prefix), ".pem")
-			if !ok || strings.Contains(host, "/") {
+			// The host names the installed file: never from KV unchecked.
+			if !ok || !model.IsDNSName(host, false) {
 				continue
 			}
 			c, err := a.entry(host, p.Value)
 			if err != nil {
-				a.log.Warn("stored ACME certificate not used", "host", host, "stored", a.store.where(certName(host)), "err", err)
+				if logged[p.Key] != p.ModifyIndex {
+					a.log.Warn("stored ACME certificate not used", "host", host, "stored", a.store.where(certName(host)), "err", err)
+				}
+				refused[p.Key] = p.ModifyIndex
 				continue
 			}
 			m[host] = c
 		}
+		logged = refused
 		select {
 		case out <- m:
 		case <-ctx.Done():

@@ -1,7 +1,12 @@
 package certs
 
 import (
+	"context"
+	"log/slog"
+	"maps"
 	"math/big"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -94,4 +99,47 @@ func TestACMEReplicasPlaceOneOrderPerHostThroughConsul(t *testing.T) {
 	}
 	t.Logf("orders issued: %v by the replica the CA validates through, %v by the other",
 		testutil.ToFloat64(a.metrics.orders.WithLabelValues(OrderIssued)), testutil.ToFloat64(b.metrics.orders.WithLabelValues(OrderIssued)))
+}
+
+// What another replica stored is checked like anything from outside: a
+// key that names no DNS host or a certificate for another host is not
+// used, and logged once.
+func TestACMEStoredCertificatesFromKVAreChecked(t *testing.T) {
+	consul := testenv.Consul(t)
+	c := consul.Client()
+	ca := newCA(t)
+	for key, v := range map[string][]byte{
+		"seamless/acme/certs/app.test.pem":     ca.bundle(t, "app.test"),
+		"seamless/acme/certs/other.test.pem":   ca.bundle(t, "app.test"),
+		"seamless/acme/certs/bad host!.pem":    ca.bundle(t, "app.test"),
+		"seamless/acme/certs/garbage.test.pem": []byte("not PEM"),
+	} {
+		kvPut(t, c, key, v)
+	}
+	ch, err := NewChallenges(filepath.Join(t.TempDir(), "challenges.map"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs logBuffer
+	a, err := NewACME(ACMEOptions{CA: LetsEncryptStaging, Email: "ops@example.com", KV: "seamless/acme", Consul: c, Challenges: ch,
+		Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.certs) != 1 || a.certs["app.test"] == nil {
+		t.Fatalf("loaded %v, want app.test alone", slices.Collect(maps.Keys(a.certs)))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stored := make(chan map[string]*acmeCert)
+	go a.watchStored(ctx, stored)
+	m := <-stored
+	if len(m) != 1 || m["app.test"] == nil {
+		t.Fatalf("watched %v, want app.test alone", slices.Collect(maps.Keys(m)))
+	}
+	kvPut(t, c, "seamless/acme/certs/app.test.pem", ca.bundle(t, "app.test")) // another change: nothing logged again
+	<-stored
+	if n := strings.Count(logs.String(), "host=other.test"); n != 2 { // once at load, once by the watch
+		t.Fatalf("other.test's refusal logged %d times:\n%s", n, logs.String())
+	}
 }
