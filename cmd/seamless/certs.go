@@ -54,8 +54,8 @@ func httpsFilesAt(cfg *config.Config, stateDir string, hosts func([]string)) htt
 func certsDir(stateDir string) string { return filepath.Join(stateDir, "certs") }
 
 // httpsCerts keeps the HTTPS frontend's certificates: written before
-// HAProxy starts, then changed over the runtime API as SEAMLESS_CERTS_DIR
-// changes.
+// HAProxy starts, then changed over the runtime API as SEAMLESS_CERTS_DIR,
+// SEAMLESS_CERTS_KV and ACME change.
 type httpsCerts struct {
 	inst *certs.Installer
 	dir  *certs.Dir  // nil without SEAMLESS_CERTS_DIR
