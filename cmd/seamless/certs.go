@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
+	"time"
 
 	legolog "github.com/go-acme/lego/v5/log"
+	"github.com/hashicorp/consul/api"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/seamless-lb/seamless/entrypoint/certs"
 	"github.com/seamless-lb/seamless/entrypoint/config"
@@ -51,15 +54,19 @@ func httpsFilesAt(cfg *config.Config, stateDir string, hosts func([]string)) htt
 func certsDir(stateDir string) string { return filepath.Join(stateDir, "certs") }
 
 // httpsCerts keeps the HTTPS frontend's certificates: written before
-// HAProxy starts, then changed over the runtime API as SEAMLESS_CERTS_DIR
-// changes.
+// HAProxy starts, then changed over the runtime API as SEAMLESS_CERTS_DIR,
+// SEAMLESS_CERTS_KV and ACME change.
 type httpsCerts struct {
-	inst  *certs.Installer
-	dir   *certs.Dir  // nil without SEAMLESS_CERTS_DIR
-	acme  *certs.ACME // nil without SEAMLESS_ACME_EMAIL
-	hosts chan []string
-	wg    sync.WaitGroup
-	stop  context.CancelFunc
+	inst *certs.Installer
+	dir  *certs.Dir  // nil without SEAMLESS_CERTS_DIR
+	kv   *certs.KV   // nil without SEAMLESS_CERTS_KV
+	acme *certs.ACME // nil without SEAMLESS_ACME_EMAIL
+	log  *slog.Logger
+	// What the files were prepared with, from each source.
+	dirSet, kvSet certs.Set
+	hosts         chan []string
+	wg            sync.WaitGroup
+	stop          context.CancelFunc
 }
 
 // hostsFunc is what the renderer tells the hosts it routes; nil without
@@ -99,14 +106,34 @@ func prepareCerts(cfg *config.Config, stateDir string, cli certs.CLI, reload fun
 	if err != nil {
 		return nil, fmt.Errorf("SEAMLESS_HTTPS_BIND: %w", err)
 	}
-	h := &httpsCerts{inst: inst}
-	var set certs.Set
+	h := &httpsCerts{inst: inst, log: log}
 	if cfg.CertsDir != "" {
 		h.dir = certs.NewDir(cfg.CertsDir, cfg.CertsRescan, nil, log)
-		if set, _, err = h.dir.Scan(); err != nil {
+		if h.dirSet, _, err = h.dir.Scan(); err != nil {
 			return nil, fmt.Errorf("SEAMLESS_CERTS_DIR: %w", err)
 		}
 	}
+	var consul *api.Client
+	if cfg.CertsKV != "" || cfg.ACMEKV != "" {
+		if consul, err = certsConsul(cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.CertsKV != "" {
+		h.kv = certs.NewKV(consul, cfg.CertsKV, nil, log)
+		if cli != nil { // a check needs no certificate but the default
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			h.kvSet, err = h.kv.Read(ctx)
+			cancel()
+			if err != nil {
+				// HTTPS starts with what else it has; the watch brings
+				// them once Consul answers.
+				log.Warn("SEAMLESS_CERTS_KV cannot be read yet; its certificates are installed once Consul answers",
+					"component", "certs", "err", err)
+			}
+		}
+	}
+	set, _ := certs.Merge(h.dirSet, h.kvSet)
 	if acmeEnabled(cfg) {
 		f := httpsFilesAt(cfg, stateDir, nil)
 		ch, err := certs.NewChallenges(f.acmeMap, cli)
@@ -121,45 +148,70 @@ func prepareCerts(cfg *config.Config, stateDir string, cli certs.CLI, reload fun
 			}
 			legolog.SetDefault(log.With("component", "acme", "library", "lego"))
 			h.acme, err = certs.NewACME(certs.ACMEOptions{CA: cfg.ACMECA, Email: cfg.ACMEEmail, CABundle: cfg.ACMECABundle,
-				EABKeyID: cfg.ACMEEABKeyID, EABHMAC: cfg.ACMEEABHMAC, Dir: filepath.Join(stateDir, "acme"),
+				EABKeyID: cfg.ACMEEABKeyID, EABHMAC: cfg.ACMEEABHMAC, Dir: filepath.Join(stateDir, "acme"), KV: cfg.ACMEKV, Consul: consul,
 				Challenges: ch, Metrics: am, Log: log})
 			if err != nil {
 				return nil, err
 			}
 			h.hosts = make(chan []string, 1)
 			set = h.acme.Initial(set)
-			log.Info("ACME enabled for the routed hosts no SEAMLESS_CERTS_DIR certificate covers", "component", "acme",
-				"ca", cfg.ACMECA, "email", cfg.ACMEEmail, "challenge_map", f.acmeMap)
+			log.Info("ACME enabled for the routed hosts no SEAMLESS_CERTS_DIR or SEAMLESS_CERTS_KV certificate covers", "component", "acme",
+				"ca", cfg.ACMECA, "email", cfg.ACMEEmail, "challenge_map", f.acmeMap, "shared_kv", cfg.ACMEKV)
 		}
 	}
 	if err := inst.Prepare(set); err != nil {
 		return nil, fmt.Errorf("SEAMLESS_HTTPS_BIND: %w", err)
 	}
 	log.Info("HTTPS frontend", "component", "certs", "bind", cfg.HTTPSBind, "certificates", len(set.Certs),
-		"dir", cfg.CertsDir, "crt_list", inst.CrtList())
+		"dir", cfg.CertsDir, "kv", cfg.CertsKV, "crt_list", inst.CrtList())
 	return h, nil
 }
 
-// run watches SEAMLESS_CERTS_DIR, orders what ACME must, and installs
-// the changes until stop.
+// certsConsul is the Consul client of SEAMLESS_CERTS_KV and
+// SEAMLESS_ACME_KV: Consul's own variables, and the first agent of
+// SEAMLESS_CONSUL_ADDRS when set.
+func certsConsul(cfg *config.Config) (*api.Client, error) {
+	ac := api.DefaultConfig()
+	if agents := cfg.ConsulAgents(); len(agents) > 0 {
+		ac.Address, ac.Scheme = agents[0], "http"
+		if rest, ok := strings.CutPrefix(agents[0], "https://"); ok {
+			ac.Address, ac.Scheme = rest, "https"
+		} else {
+			ac.Address = strings.TrimPrefix(agents[0], "http://")
+		}
+	}
+	c, err := api.NewClient(ac)
+	if err != nil {
+		return nil, fmt.Errorf("SEAMLESS_CERTS_KV, SEAMLESS_ACME_KV: Consul client for %s: %w", ac.Address, err)
+	}
+	return c, nil
+}
+
+// run watches SEAMLESS_CERTS_DIR and SEAMLESS_CERTS_KV, orders what ACME
+// must, and installs the changes until stop.
 func (h *httpsCerts) run() {
-	if h.dir == nil && h.acme == nil {
+	if h.dir == nil && h.kv == nil && h.acme == nil {
 		h.stop = func() {}
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stop = cancel
-	ch := make(chan certs.Set)
-	if h.acme == nil {
-		h.wg.Go(func() { h.dir.Run(ctx, ch) })
-	} else {
-		// ACME adds its certificates to the directory's.
-		var dirSets chan certs.Set
-		if h.dir != nil {
-			dirSets = make(chan certs.Set)
-			h.wg.Go(func() { h.dir.Run(ctx, dirSets) })
-		}
-		h.wg.Go(func() { h.acme.Run(ctx, dirSets, h.hosts, ch) })
+	var dirSets, kvSets chan certs.Set
+	if h.dir != nil {
+		dirSets = make(chan certs.Set)
+		h.wg.Go(func() { h.dir.Run(ctx, dirSets) })
+	}
+	if h.kv != nil {
+		kvSets = make(chan certs.Set)
+		h.wg.Go(func() { h.kv.Run(ctx, h.kvSet, kvSets) })
+	}
+	merged := make(chan certs.Set)
+	h.wg.Go(func() { certs.RunMerge(ctx, h.dirSet, h.kvSet, dirSets, kvSets, merged, h.log) })
+	ch := merged
+	if h.acme != nil {
+		// ACME adds its certificates to the sources'.
+		ch = make(chan certs.Set)
+		h.wg.Go(func() { h.acme.Run(ctx, merged, h.hosts, ch) })
 	}
 	h.wg.Go(func() { h.inst.Run(ctx, ch) })
 }

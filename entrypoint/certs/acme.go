@@ -1,6 +1,7 @@
 package certs
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -14,13 +15,17 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-acme/lego/v5/acme"
 	"github.com/go-acme/lego/v5/certcrypto"
 	"github.com/go-acme/lego/v5/certificate"
+	"github.com/go-acme/lego/v5/challenge"
 	"github.com/go-acme/lego/v5/lego"
 	"github.com/go-acme/lego/v5/registration"
+	"github.com/hashicorp/consul/api"
 	"github.com/seamless-lb/seamless/internal/regular"
 )
 
@@ -45,8 +50,15 @@ type ACMEOptions struct {
 	// EABKeyID and EABHMAC bind the account to an external account
 	// (RFC 8555 7.3.4), for CAs that require it; both or neither.
 	EABKeyID, EABHMAC string
-	// Dir holds the account and the certificates (SEAMLESS_STATE_DIR/acme).
+	// Dir holds the account and the certificates (SEAMLESS_STATE_DIR/acme)
+	// when KV is empty.
 	Dir string
+	// KV is a Consul KV prefix (SEAMLESS_ACME_KV) that holds the account
+	// and the certificates instead of Dir, shared by every replica: orders
+	// are placed under a Consul lock, and challenges answered by all.
+	KV string
+	// Consul is the client of KV.
+	Consul *api.Client
 	// Challenges answers HTTP-01 through HAProxy.
 	Challenges *Challenges
 	// Metrics counts orders; nil: none.
@@ -70,8 +82,12 @@ type ACME struct {
 	log    *slog.Logger
 	http   *http.Client
 	client *lego.Client // made by the first order; only the ordering goroutine uses it
-	certs  map[string]*acmeCert
-	dir    Set
+	store  acmeStore
+	// replica is this replica's Consul session while it is announced
+	// under SEAMLESS_ACME_KV, else "".
+	replica atomic.Value
+	certs   map[string]*acmeCert
+	dir     Set
 }
 
 // NewACME checks the options: errors name the variable at fault.
@@ -97,8 +113,8 @@ func NewACME(o ACMEOptions) (*ACME, error) {
 	if (o.EABKeyID == "") != (o.EABHMAC == "") {
 		return nil, errors.New("SEAMLESS_ACME_EAB_KID and SEAMLESS_ACME_EAB_HMAC: set both or neither")
 	}
-	if o.Challenges == nil || o.Dir == "" {
-		return nil, errors.New("ACME: no challenge map or state directory (internal error)")
+	if o.Challenges == nil || o.Dir == "" && o.KV == "" || o.KV != "" && o.Consul == nil {
+		return nil, errors.New("ACME: no challenge map, state directory or Consul client (internal error)")
 	}
 	tr := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
@@ -118,7 +134,17 @@ func NewACME(o ACMEOptions) (*ACME, error) {
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool}
 	}
 	a := &ACME{o: o, log: o.Log.With("component", "acme"), http: &http.Client{Timeout: 2 * time.Minute, Transport: tr}}
-	a.certs = a.loadCerts()
+	a.store = fileStore{dir: o.Dir}
+	if o.KV != "" {
+		a.store = kvStore{c: o.Consul, prefix: a.kvPrefix()}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	var err error
+	if a.certs, err = a.loadCerts(ctx); err != nil {
+		// Consul down at start: the watch brings them when it answers.
+		a.log.Warn("the stored certificates cannot be read now", "err", err)
+	}
 	return a, nil
 }
 
@@ -181,9 +207,10 @@ func (a *ACME) merged(hosts []string, known bool) Set {
 }
 
 type orderResult struct {
-	host string
-	cert *acmeCert
-	err  error
+	host    string
+	cert    *acmeCert
+	adopted bool // stored by another replica while this one waited for the lock
+	err     error
 }
 
 // Run keeps out supplied with the certificates to serve: every set from
@@ -196,12 +223,21 @@ func (a *ACME) Run(ctx context.Context, dirs <-chan Set, hosts <-chan []string, 
 		known   bool
 		busy    string // the host being ordered
 		results = make(chan orderResult, 1)
+		stored  = make(chan map[string]*acmeCert)
+		watches sync.WaitGroup
 		next    = map[string]time.Time{} // no order for the host before
 		backoff = map[string]time.Duration{}
 		last    = a.merged(nil, false)
 		pending *Set
 		timer   = time.NewTimer(time.Hour)
 	)
+	if a.o.KV != "" {
+		wctx, cancel := context.WithCancel(ctx)
+		watches.Go(func() { a.watchStored(wctx, stored) })
+		watches.Go(func() { a.syncChallenges(wctx) })
+		watches.Go(func() { a.presence(wctx) })
+		defer func() { cancel(); watches.Wait() }()
+	}
 	defer func() {
 		timer.Stop()
 		if busy != "" {
@@ -216,8 +252,8 @@ func (a *ACME) Run(ctx context.Context, dirs <-chan Set, hosts <-chan []string, 
 				if c := a.certs[h]; (c == nil || !now.Before(c.renewAt)) && !now.Before(next[h]) {
 					busy = h
 					go func() {
-						c, err := a.order(ctx, h)
-						results <- orderResult{h, c, err}
+						c, adopted, err := a.order(ctx, h)
+						results <- orderResult{h, c, adopted, err}
 					}()
 					break
 				}
@@ -264,6 +300,16 @@ func (a *ACME) Run(ctx context.Context, dirs <-chan Set, hosts <-chan []string, 
 		case r := <-results:
 			busy = ""
 			a.result(r, next, backoff)
+		case m := <-stored:
+			for h, c := range m {
+				if cur := a.certs[h]; cur == nil || !bytes.Equal(cur.PEM, c.PEM) && c.NotAfter.After(cur.NotAfter) {
+					a.certs[h] = c
+					delete(next, h)
+					delete(backoff, h)
+					a.log.Info("certificate taken from Consul KV", "host", h, "serial", c.Serial.Text(16),
+						"not_after", c.NotAfter.UTC().Format(time.RFC3339))
+				}
+			}
 		case <-timer.C:
 		case send <- ps:
 			pending = nil
@@ -273,6 +319,13 @@ func (a *ACME) Run(ctx context.Context, dirs <-chan Set, hosts <-chan []string, 
 
 // result records an order's end: the certificate, or when to try again.
 func (a *ACME) result(r orderResult, next map[string]time.Time, backoff map[string]time.Duration) {
+	if r.err == nil && r.adopted {
+		a.certs[r.host] = r.cert
+		delete(next, r.host)
+		delete(backoff, r.host)
+		a.log.Info("certificate ordered by another replica; no order placed", "host", r.host, "serial", r.cert.Serial.Text(16))
+		return
+	}
 	if r.err == nil {
 		a.certs[r.host] = r.cert
 		delete(next, r.host)
@@ -300,8 +353,27 @@ func (a *ACME) result(r orderResult, next map[string]time.Time, backoff map[stri
 	a.log.Error("ACME order failed; "+serving, "host", r.host, "result", result, "retry_in", wait.String(), "err", r.err)
 }
 
-// order obtains a certificate for host and stores it.
-func (a *ACME) order(ctx context.Context, host string) (*acmeCert, error) {
+// order obtains a certificate for host and stores it. With
+// SEAMLESS_ACME_KV it does so under the Consul lock, and returns the
+// stored certificate instead (adopted) when another replica ordered it
+// meanwhile.
+func (a *ACME) order(ctx context.Context, host string) (_ *acmeCert, adopted bool, _ error) {
+	if a.o.KV != "" {
+		lctx, unlock, err := a.lock(ctx)
+		if err != nil {
+			return nil, false, err
+		}
+		defer unlock()
+		ctx = lctx
+		if c, err := a.loadCert(ctx, host); err == nil && a.o.Now().Before(c.renewAt) {
+			return c, true, nil
+		}
+	}
+	c, err := a.obtain(ctx, host)
+	return c, false, err
+}
+
+func (a *ACME) obtain(ctx context.Context, host string) (*acmeCert, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	c, err := a.legoClient(ctx)
@@ -315,7 +387,7 @@ func (a *ACME) order(ctx context.Context, host string) (*acmeCert, error) {
 		// The CA forgot the account (a reset test CA, a deactivation):
 		// the next attempt registers again with the same key.
 		a.client = nil
-		a.forgetAccount()
+		a.forgetAccount(ctx)
 	}
 	if err != nil {
 		return nil, err
@@ -325,10 +397,18 @@ func (a *ACME) order(ctx context.Context, host string) (*acmeCert, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the CA's certificate is refused: %w", err)
 	}
-	if err := writeFile(a.certFile(host), ac.PEM); err != nil {
+	if err := a.store.put(ctx, certName(host), ac.PEM); err != nil {
 		return nil, fmt.Errorf("storing the certificate: %w", err)
 	}
 	return ac, nil
+}
+
+// provider answers HTTP-01: through every replica with SEAMLESS_ACME_KV.
+func (a *ACME) provider() challenge.Provider {
+	if a.o.KV != "" {
+		return sharedChallenges{a}
+	}
+	return a.o.Challenges
 }
 
 // legoClient returns the ACME client, registering the account at the
@@ -337,7 +417,7 @@ func (a *ACME) legoClient(ctx context.Context) (*lego.Client, error) {
 	if a.client != nil {
 		return a.client, nil
 	}
-	u, err := a.loadAccount()
+	u, err := a.loadAccount(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -349,7 +429,7 @@ func (a *ACME) legoClient(ctx context.Context) (*lego.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ACME directory %s: %w", a.o.CA, err)
 	}
-	if err := c.Challenge.SetHTTP01Provider(a.o.Challenges); err != nil {
+	if err := c.Challenge.SetHTTP01Provider(a.provider()); err != nil {
 		return nil, err
 	}
 	if u.reg == nil {
@@ -362,7 +442,7 @@ func (a *ACME) legoClient(ctx context.Context) (*lego.Client, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ACME account registration: %w", err)
 		}
-		if err := a.saveAccount(u); err != nil {
+		if err := a.saveAccount(ctx, u); err != nil {
 			return nil, err
 		}
 		a.log.Info("ACME account registered", "ca", a.o.CA, "email", a.o.Email, "account", u.reg.Location)
@@ -370,7 +450,7 @@ func (a *ACME) legoClient(ctx context.Context) (*lego.Client, error) {
 		if c, err = lego.NewClient(cfg); err != nil {
 			return nil, err
 		}
-		if err := c.Challenge.SetHTTP01Provider(a.o.Challenges); err != nil {
+		if err := c.Challenge.SetHTTP01Provider(a.provider()); err != nil {
 			return nil, err
 		}
 	}

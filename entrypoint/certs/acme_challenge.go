@@ -62,6 +62,14 @@ func (c *Challenges) Present(ctx context.Context, domain, token, keyAuth string)
 	return c.do(ctx, "add map "+c.file+" "+token+" "+keyAuth)
 }
 
+// has reports whether token is answered.
+func (c *Challenges) has(token string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.keys[token]
+	return ok
+}
+
 // CleanUp stops answering token.
 func (c *Challenges) CleanUp(ctx context.Context, domain, token, keyAuth string) error {
 	c.mu.Lock()

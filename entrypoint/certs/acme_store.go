@@ -1,6 +1,7 @@
 package certs
 
 import (
+	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -22,7 +23,8 @@ import (
 	"github.com/seamless-lb/seamless/internal/regular"
 )
 
-// ACME's files under SEAMLESS_STATE_DIR/acme, every one 0600:
+// What ACME stores, as files under SEAMLESS_STATE_DIR/acme (every one
+// 0600) or as keys under SEAMLESS_ACME_KV:
 //
 //	accounts/HASH/key.pem       the account key of the CA whose directory URL hashes to HASH
 //	accounts/HASH/account.json  its registration (the account URL)
@@ -39,19 +41,77 @@ func (u *acmeUser) GetEmail() string                       { return u.email }
 func (u *acmeUser) GetRegistration() *acme.ExtendedAccount { return u.reg }
 func (u *acmeUser) GetPrivateKey() crypto.Signer           { return u.key }
 
+// acmeStore keeps ACME's account and certificates by name
+// ("accounts/HASH/key.pem", "certs/HOST.pem"): files under
+// SEAMLESS_STATE_DIR/acme, or keys under SEAMLESS_ACME_KV shared by the
+// replicas.
+type acmeStore interface {
+	// get returns errNotStored when name holds nothing.
+	get(ctx context.Context, name string) ([]byte, error)
+	put(ctx context.Context, name string, data []byte) error
+	del(ctx context.Context, name string) error
+	// list returns the base names under dir ("certs").
+	list(ctx context.Context, dir string) ([]string, error)
+	// where says where name is kept, for messages.
+	where(name string) string
+}
+
+var errNotStored = errors.New("not stored")
+
+// fileStore is acmeStore in a directory, every file 0600.
+type fileStore struct{ dir string }
+
+func (s fileStore) where(name string) string { return filepath.Join(s.dir, filepath.FromSlash(name)) }
+
+func (s fileStore) get(_ context.Context, name string) ([]byte, error) {
+	b, err := regular.ReadFile(s.where(name))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, errNotStored
+	}
+	return b, err
+}
+
+func (s fileStore) put(_ context.Context, name string, data []byte) error {
+	return writeFile(s.where(name), data)
+}
+
+func (s fileStore) del(_ context.Context, name string) error {
+	if err := os.Remove(s.where(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+func (s fileStore) list(_ context.Context, dir string) ([]string, error) {
+	ents, err := os.ReadDir(s.where(dir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	var out []string
+	for _, e := range ents {
+		if !e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out, err
+}
+
+// storeTimeout bounds one store operation outside an order.
+const storeTimeout = 10 * time.Second
+
 func (a *ACME) accountDir() string {
 	h := sha256.Sum256([]byte(a.o.CA))
-	return filepath.Join(a.o.Dir, "accounts", hex.EncodeToString(h[:8]))
+	return "accounts/" + hex.EncodeToString(h[:8])
 }
 
 // loadAccount reads the stored account of the CA, or makes a key for a new
 // one (registered by the caller, then saved with saveAccount).
-func (a *ACME) loadAccount() (*acmeUser, error) {
-	dir := a.accountDir()
+func (a *ACME) loadAccount(ctx context.Context) (*acmeUser, error) {
+	keyName := a.accountDir() + "/key.pem"
 	u := &acmeUser{email: a.o.Email}
-	data, err := regular.ReadFile(filepath.Join(dir, "key.pem"))
+	data, err := a.store.get(ctx, keyName)
 	switch {
-	case errors.Is(err, os.ErrNotExist):
+	case errors.Is(err, errNotStored):
 		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
 			return nil, err
@@ -59,16 +119,16 @@ func (a *ACME) loadAccount() (*acmeUser, error) {
 		u.key = k
 		return u, nil
 	case err != nil:
-		return nil, fmt.Errorf("ACME account key: %w", err)
+		return nil, fmt.Errorf("ACME account key %s: %w", a.store.where(keyName), err)
 	}
 	b, _ := pem.Decode(data)
 	if b == nil {
-		return nil, fmt.Errorf("ACME account key %s: no PEM block", filepath.Join(dir, "key.pem"))
+		return nil, fmt.Errorf("ACME account key %s: no PEM block", a.store.where(keyName))
 	}
 	if u.key, err = parseKey(b); err != nil {
-		return nil, fmt.Errorf("ACME account key %s: %w", filepath.Join(dir, "key.pem"), err)
+		return nil, fmt.Errorf("ACME account key %s: %w", a.store.where(keyName), err)
 	}
-	if data, err = regular.ReadFile(filepath.Join(dir, "account.json")); err == nil {
+	if data, err = a.store.get(ctx, a.accountDir()+"/account.json"); err == nil {
 		var reg acme.ExtendedAccount
 		if json.Unmarshal(data, &reg) == nil && reg.Location != "" {
 			u.reg = &reg
@@ -77,28 +137,27 @@ func (a *ACME) loadAccount() (*acmeUser, error) {
 	return u, nil
 }
 
-func (a *ACME) saveAccount(u *acmeUser) error {
+func (a *ACME) saveAccount(ctx context.Context, u *acmeUser) error {
 	der, err := x509.MarshalPKCS8PrivateKey(u.key)
 	if err != nil {
 		return err
 	}
-	dir := a.accountDir()
-	if err := writeFile(filepath.Join(dir, "key.pem"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})); err != nil {
+	if err := a.store.put(ctx, a.accountDir()+"/key.pem", pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})); err != nil {
 		return fmt.Errorf("ACME account key: %w", err)
 	}
 	reg, err := json.MarshalIndent(u.reg, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := writeFile(filepath.Join(dir, "account.json"), reg); err != nil {
+	if err := a.store.put(ctx, a.accountDir()+"/account.json", reg); err != nil {
 		return fmt.Errorf("ACME account: %w", err)
 	}
 	return nil
 }
 
 // forgetAccount drops the stored registration, keeping the key.
-func (a *ACME) forgetAccount() {
-	if err := os.Remove(filepath.Join(a.accountDir(), "account.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+func (a *ACME) forgetAccount(ctx context.Context) {
+	if err := a.store.del(ctx, a.accountDir()+"/account.json"); err != nil {
 		a.log.Warn("cannot remove the ACME account's registration", "err", err)
 	}
 }
@@ -109,7 +168,7 @@ type acmeCert struct {
 	renewAt time.Time // two thirds into its lifetime
 }
 
-func (a *ACME) certFile(host string) string { return filepath.Join(a.o.Dir, "certs", host+".pem") }
+func certName(host string) string { return "certs/" + host + ".pem" }
 
 // entry checks a bundle obtained for host.
 func (a *ACME) entry(host string, bundle []byte) (*acmeCert, error) {
@@ -126,7 +185,7 @@ func (a *ACME) entry(host string, bundle []byte) (*acmeCert, error) {
 		return nil, fmt.Errorf("the certificate does not name %s", host)
 	}
 	life := leaf.NotAfter.Sub(leaf.NotBefore)
-	return &acmeCert{Entry: &Entry{Name: acmeName(host), Source: SourceACME, File: a.certFile(host), Cert: c},
+	return &acmeCert{Entry: &Entry{Name: acmeName(host), Source: SourceACME, File: a.store.where(certName(host)), Cert: c},
 		renewAt: leaf.NotBefore.Add(life * 2 / 3)}, nil
 }
 
@@ -135,24 +194,33 @@ func (a *ACME) entry(host string, bundle []byte) (*acmeCert, error) {
 func acmeName(host string) string { return ".acme-" + host }
 
 // loadCerts reads the stored certificates that are still valid.
-func (a *ACME) loadCerts() map[string]*acmeCert {
+func (a *ACME) loadCerts(ctx context.Context) (map[string]*acmeCert, error) {
+	names, err := a.store.list(ctx, "certs")
+	if err != nil {
+		return map[string]*acmeCert{}, fmt.Errorf("stored ACME certificates: %w", err)
+	}
 	out := map[string]*acmeCert{}
-	ents, _ := os.ReadDir(filepath.Join(a.o.Dir, "certs"))
-	for _, de := range ents {
-		host, ok := strings.CutSuffix(de.Name(), ".pem")
+	for _, n := range names {
+		host, ok := strings.CutSuffix(n, ".pem")
 		if !ok || !model.IsDNSName(host, false) {
 			continue
 		}
-		data, err := regular.ReadFile(a.certFile(host))
-		if err == nil {
-			var c *acmeCert
-			if c, err = a.entry(host, data); err == nil {
-				out[host] = c
-				continue
-			}
+		c, err := a.loadCert(ctx, host)
+		if err != nil {
+			a.log.Warn("stored ACME certificate not used; a new one is ordered when the host is routed", "host", host,
+				"stored", a.store.where(certName(host)), "err", err)
+			continue
 		}
-		a.log.Warn("stored ACME certificate not used; a new one is ordered when the host is routed", "host", host,
-			"file", a.certFile(host), "err", err)
+		out[host] = c
 	}
-	return out
+	return out, nil
+}
+
+// loadCert reads host's stored certificate; errNotStored when none.
+func (a *ACME) loadCert(ctx context.Context, host string) (*acmeCert, error) {
+	data, err := a.store.get(ctx, certName(host))
+	if err != nil {
+		return nil, err
+	}
+	return a.entry(host, data)
 }

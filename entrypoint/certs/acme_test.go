@@ -22,6 +22,7 @@ import (
 
 	"github.com/go-acme/lego/v5/acme"
 	legolog "github.com/go-acme/lego/v5/log"
+	"github.com/hashicorp/consul/api"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/seamless-lb/seamless/entrypoint/haproxy"
 	"github.com/seamless-lb/seamless/entrypoint/model"
@@ -53,6 +54,8 @@ type rigOptions struct {
 	hosts    []string // routed hosts
 	dir      Set      // SEAMLESS_CERTS_DIR's certificates
 	retryMin time.Duration
+	consul   *api.Client // with kv: ACME shared through Consul KV
+	kv       string
 }
 
 func newACMERig(t *testing.T, o rigOptions) (*acmeRig, *testenv.PebbleServer) {
@@ -81,7 +84,7 @@ func newACMERig(t *testing.T, o rigOptions) (*acmeRig, *testenv.PebbleServer) {
 		retryMin = time.Second
 	}
 	a, err := NewACME(ACMEOptions{CA: peb.Directory(), Email: "ops@example.com", CABundle: peb.CABundle(),
-		Dir: filepath.Join(r.state, "acme"), Challenges: ch, Metrics: r.metrics, RetryMin: retryMin, RetryMax: 2 * retryMin, Log: log})
+		Dir: filepath.Join(r.state, "acme"), KV: o.kv, Consul: o.consul, Challenges: ch, Metrics: r.metrics, RetryMin: retryMin, RetryMax: 2 * retryMin, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +227,7 @@ func TestACMECertificateObtainedThroughHAProxyAndRenewedWithoutAReload(t *testin
 	}
 	// Stored with private keys readable by seamless alone; the challenge
 	// map is empty again.
-	for _, f := range []string{filepath.Join(r.state, "acme", "certs", "app.test.pem"), r.acme.accountDir() + "/key.pem"} {
+	for _, f := range []string{filepath.Join(r.state, "acme", "certs", "app.test.pem"), r.acme.store.where(r.acme.accountDir() + "/key.pem")} {
 		st, err := os.Stat(f)
 		if err != nil || st.Mode().Perm() != 0o600 {
 			t.Fatalf("%s: %v, mode %v, want 0600", f, err, st.Mode())

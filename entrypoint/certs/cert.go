@@ -1,8 +1,10 @@
 // Package certs serves HTTPS certificates to the built-in configuration:
 // it checks PEM bundles before use, reads them from a directory
-// (SEAMLESS_CERTS_DIR) and installs, replaces and removes them over
-// HAProxy's runtime API without a reload, keeping the files HAProxy loads
-// at its next reload identical to what runs.
+// (SEAMLESS_CERTS_DIR) and a Consul KV prefix (SEAMLESS_CERTS_KV), obtains
+// them with ACME (alone, or shared by replicas through Consul KV), and
+// installs, replaces and removes them over HAProxy's runtime API without a
+// reload, keeping the files HAProxy loads at its next reload identical to
+// what runs.
 package certs
 
 import (

@@ -11,6 +11,7 @@ import (
 	"net"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -47,11 +48,13 @@ type Config struct {
 	HTTPSBind        string        `envconfig:"HTTPS_BIND" default:":443" desc:"Built-in template: the HTTPS frontend's bind address, routing exactly like the HTTP one, with HTTP/2 (ALPN) and Mozilla's intermediate TLS settings. Certificates come from SEAMLESS_CERTS_DIR, picked by SNI; a self-signed default certificate (made at first start, kept in SEAMLESS_STATE_DIR) answers other names. Empty disables it."`
 	CertsDir         string        `envconfig:"CERTS_DIR" desc:"Built-in template: directory of certificates for the HTTPS frontend, watched: NAME.pem (certificate, chain and key in one file) or NAME.crt with NAME.key. Each is checked (key, chain order, dates, DNS names) and installed over HAProxy's runtime API without a reload; a bad one is refused with a log line naming it. Empty: the default certificate only."`
 	CertsRescan      time.Duration `envconfig:"CERTS_RESCAN" min:"1s" max:"24h" default:"30s" desc:"Period of a full re-read of SEAMLESS_CERTS_DIR, in case a change notification was missed."`
+	CertsKV          string        `envconfig:"CERTS_KV" desc:"Built-in template: a Consul KV prefix of certificates for the HTTPS frontend, watched with a blocking query. PREFIX/NAME holds one PEM bundle (certificate, chain and key), checked like a file of SEAMLESS_CERTS_DIR and installed as NAME over the runtime API without a reload; a bad one is refused with a log line naming its key, and while Consul cannot be read the certificates in use stay. A NAME that SEAMLESS_CERTS_DIR also has is the directory's. Consul's own variables (CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, ...) or the first agent of SEAMLESS_CONSUL_ADDRS configure the connection. Holds private keys: see the README on ACLs. Empty: none."`
 	ACMEEmail        string        `envconfig:"ACME_EMAIL" desc:"Built-in template: enables ACME. Every exact host a route names (seamless.http.host) that no certificate of SEAMLESS_CERTS_DIR covers gets a certificate from SEAMLESS_ACME_CA, with the HTTP-01 challenge answered by HAProxy's HTTP frontend (port 80 must reach SEAMLESS_HTTP_BIND); renewed two thirds into its lifetime, installed without a reload, kept in SEAMLESS_STATE_DIR/acme. This address is the account's contact; setting it accepts the CA's terms of service."`
 	ACMECA           string        `envconfig:"ACME_CA" default:"https://acme-v02.api.letsencrypt.org/directory" desc:"ACME directory URL: Let's Encrypt by default; its staging environment (https://acme-staging-v02.api.letsencrypt.org/directory) for trials, whose certificates browsers do not trust."`
 	ACMECABundle     string        `envconfig:"ACME_CA_BUNDLE" desc:"PEM file of the roots that the ACME server's own HTTPS certificate is verified with (a private ACME server). Empty: the system's roots."`
 	ACMEEABKeyID     string        `envconfig:"ACME_EAB_KID" desc:"External account binding key ID, for ACME CAs that require one (with SEAMLESS_ACME_EAB_HMAC)."`
 	ACMEEABHMAC      string        `envconfig:"ACME_EAB_HMAC" desc:"External account binding HMAC key, base64url, as the CA gives it (with SEAMLESS_ACME_EAB_KID)."`
+	ACMEKV           string        `envconfig:"ACME_KV" desc:"ACME with several replicas: a Consul KV prefix that holds ACME's account and certificates instead of SEAMLESS_STATE_DIR/acme, shared by every replica. Orders are placed under a Consul lock (PREFIX/lock), so one replica orders each host and each renewal; every replica installs what is stored (PREFIX/certs/) and answers every replica's HTTP-01 challenges (PREFIX/challenges/). Holds private keys: see the README on ACLs. Empty: files, one replica."`
 	ServicesDir      string        `envconfig:"SERVICES_DIR" default:"/etc/seamless/services" desc:"Source 'file': directory of service files, one YAML or JSON file per service, watched for changes."`
 	ServicesRescan   time.Duration `envconfig:"SERVICES_RESCAN" min:"1s" max:"24h" default:"30s" desc:"Source 'file': period of a full re-read of SEAMLESS_SERVICES_DIR, in case a change notification was missed."`
 	ConsulHealth     string        `envconfig:"CONSUL_HEALTH" default:"passing" desc:"Instances that receive traffic, by health: passing, passing,warning, or any. Also the default filter of the template function 'service'."`
@@ -158,6 +161,10 @@ func Load() (*Config, error) {
 	return &c, c.validate()
 }
 
+// kvPrefix is what SEAMLESS_CERTS_KV and SEAMLESS_ACME_KV must look like:
+// it goes into Consul's KV paths as is.
+var kvPrefix = regexp.MustCompile(`^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$`)
+
 func (c *Config) validate() error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
@@ -211,6 +218,17 @@ func (c *Config) validate() error {
 		bad("ACME_EMAIL", "ACME serves the built-in template's hosts: SEAMLESS_TEMPLATE is set")
 	case !c.Discovery():
 		bad("ACME_EMAIL", "ACME serves the hosts discovery routes: SEAMLESS_SOURCES is empty")
+	}
+	for key, p := range map[string]string{"CERTS_KV": c.CertsKV, "ACME_KV": c.ACMEKV} {
+		if p != "" && !kvPrefix.MatchString(p) {
+			bad(key, "%q is not a Consul KV prefix: segments of letters, digits, '.', '_' or '-' joined by '/', with no leading or trailing '/'", p)
+		}
+	}
+	switch a, b := c.CertsKV+"/", c.ACMEKV+"/"; {
+	case c.ACMEKV != "" && c.ACMEEmail == "":
+		bad("ACME_KV", "set without SEAMLESS_ACME_EMAIL, which enables ACME")
+	case c.CertsKV != "" && c.ACMEKV != "" && (strings.HasPrefix(a, b) || strings.HasPrefix(b, a)):
+		bad("ACME_KV", "%q and SEAMLESS_CERTS_KV %q overlap: ACME's keys are not certificate bundles; use two separate prefixes", c.ACMEKV, c.CertsKV)
 	}
 	if (c.ACMEEABKeyID == "") != (c.ACMEEABHMAC == "") {
 		bad("ACME_EAB_KID", "set SEAMLESS_ACME_EAB_KID and SEAMLESS_ACME_EAB_HMAC together")

@@ -40,6 +40,11 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		{"SEAMLESS_ACME_EMAIL", "ops@example.com", "SEAMLESS_ACME_EMAIL"},
 		{"SEAMLESS_ACME_CA_BUNDLE", "roots.pem", "SEAMLESS_ACME_CA_BUNDLE"},
 		{"SEAMLESS_ACME_EAB_KID", "kid-1", "SEAMLESS_ACME_EAB_KID"},
+		// Consul KV prefixes go into KV paths as they are.
+		{"SEAMLESS_CERTS_KV", "/tls/certs", "SEAMLESS_CERTS_KV"},
+		{"SEAMLESS_CERTS_KV", "tls/certs/", "SEAMLESS_CERTS_KV"},
+		{"SEAMLESS_CERTS_KV", "tls certs", "SEAMLESS_CERTS_KV"},
+		{"SEAMLESS_ACME_KV", "seamless/acme", "SEAMLESS_ACME_KV"}, // without ACME
 	}
 	for _, tt := range tests {
 		t.Run(tt.key+"="+tt.value, func(t *testing.T) {
@@ -200,6 +205,23 @@ func TestEveryNumberHasARange(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// ACME's keys under SEAMLESS_CERTS_KV would be read as certificates.
+func TestKVPrefixesMustNotOverlap(t *testing.T) {
+	t.Setenv("SEAMLESS_SOURCES", "consul")
+	t.Setenv("SEAMLESS_ACME_EMAIL", "ops@example.com")
+	t.Setenv("SEAMLESS_CERTS_KV", "tls")
+	for _, acme := range []string{"tls", "tls/acme"} {
+		t.Setenv("SEAMLESS_ACME_KV", acme)
+		if _, err := Load(); err == nil || !strings.Contains(err.Error(), "SEAMLESS_ACME_KV") || !strings.Contains(err.Error(), "overlap") {
+			t.Errorf("SEAMLESS_ACME_KV=%s: %v", acme, err)
+		}
+	}
+	t.Setenv("SEAMLESS_ACME_KV", "tls-acme")
+	if _, err := Load(); err != nil {
+		t.Errorf("separate prefixes: %v", err)
 	}
 }
 
