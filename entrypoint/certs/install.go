@@ -200,6 +200,12 @@ func (i *Installer) Install(ctx context.Context, set Set) error {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
+		if ctx.Err() != nil {
+			// Stopping (or the caller gave up): a reload now would start a
+			// worker for nothing, and the files already hold set.
+			i.log.Info("certificate install cut short by a stop; no reload", "err", err)
+			return err
+		}
 		i.log.Error("the runtime API failed to install certificates; reloading to load them from the files", "err", err)
 		if i.o.Reload != nil {
 			i.o.Reload("certificates: the runtime API failed")

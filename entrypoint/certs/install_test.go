@@ -218,3 +218,44 @@ func TestRunRetriesASetItCouldNotWrite(t *testing.T) {
 		return err == nil && sentCount() > 0
 	})
 }
+
+// A stop that cancels an install half-way (the master CLI then answers
+// "context canceled") is no runtime failure: asking for a reload while
+// seamless shuts down would start a worker for nothing.
+func TestACancelledInstallAsksForNoReload(t *testing.T) {
+	ca := newCA(t)
+	c, err := Check(ca.bundle(t, "a.example"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(t.TempDir(), "certs")
+	p := filepath.Join(state, "live", "a.pem")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tr := &transcript{answers: map[string]string{
+		"new ssl cert":      "New empty certificate store '" + p + "'!\n",
+		"set ssl cert":      "Transaction created for certificate " + p + "!\n",
+		"commit ssl cert":   "Committing " + p + "\nSuccess!\n",
+		"show ssl crt-list": "# " + filepath.Join(state, "crt-list") + "\n" + filepath.Join(state, "default.pem") + "\n" + p + "\n",
+	}}
+	cli := cliFunc(func(ctx context.Context, cmd string) (string, error) {
+		if strings.Contains(cmd, "show ssl cert ") {
+			cancel() // the stop lands here, as in the ACME test that saw it
+			<-ctx.Done()
+			return "", fmt.Errorf("master CLI: %w", ctx.Err())
+		}
+		return tr.Do(ctx, cmd)
+	})
+	var reasons []string
+	inst, err := NewInstaller(InstallerOptions{Dir: state, CLI: cli, Reload: func(r string) { reasons = append(reasons, r) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = inst.Install(ctx, Set{Certs: map[string]*Entry{"a": {Name: "a", Source: SourceDir, Cert: c}}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Install = %v, want the cancellation", err)
+	}
+	if len(reasons) != 0 {
+		t.Fatalf("a cancelled install asked for reloads: %q", reasons)
+	}
+}
