@@ -64,7 +64,7 @@ func TestHTTPSCertsFromConsulKV(t *testing.T) {
 	if !serves("shop.test", shopSerial) {
 		t.Fatal("shop.test no longer serves its last good certificate")
 	}
-	if v := testenv.Metric(t, in.status, `seamless_certificate_expiry_seconds{name="api",source="kv"}`); v < float64(time.Now().Unix()) {
+	if v := testenv.Metric(t, in.status, `seamless_certificate_expiry_seconds{host="api.test",name="api",source="kv"}`); v < float64(time.Now().Unix()) {
 		t.Errorf("expiry metric = %v", v)
 	}
 	if v := testenv.Metric(t, in.status, `seamless_reloads_total{result="success"}`); v != 0 {
