@@ -373,3 +373,41 @@ func TestAReloadThatReplacesTheWorkerMidInstallCostsNoOther(t *testing.T) {
 		t.Fatalf("Install = %v, reloads asked %q: want an error and a reload", err, reasons)
 	}
 }
+
+// A rotation that starts while a SIGHUP's reload is in flight: the master
+// re-executes (its CLI refuses connections), then a new worker loads. The
+// install waits for it rather than failing into one more reload.
+func TestAnInstallDuringAReloadWaitsForTheNewWorker(t *testing.T) {
+	ca := newCA(t)
+	c, err := Check(ca.bundle(t, "a.example"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(t.TempDir(), "certs")
+	p := filepath.Join(state, "live", "a.pem")
+	tr := &transcript{answers: map[string]string{
+		"new ssl cert":      "New empty certificate store '" + p + "'!\n",
+		"set ssl cert":      "Transaction created for certificate " + p + "!\n",
+		"commit ssl cert":   "Committing " + p + "\nSuccess!\n",
+		"show ssl crt-list": "# " + filepath.Join(state, "crt-list") + "\n" + filepath.Join(state, "default.pem") + "\n",
+		"add ssl crt-list":  "Inserting certificate '" + p + "' in crt-list '" + filepath.Join(state, "crt-list") + "'.\nSuccess!\n",
+		"show ssl cert":     "Filename: " + p + "\nStatus: Used\nSerial: " + strings.ToUpper(c.Serial.Text(16)) + "\n",
+	}}
+	refusals := 0
+	cli := cliFunc(func(ctx context.Context, cmd string) (string, error) {
+		if refusals < 5 { // the master re-executes
+			refusals++
+			return "", errors.New("master CLI: dial unix master.sock: connect: connection refused")
+		}
+		return tr.Do(ctx, cmd)
+	})
+	var reasons []string
+	inst, err := NewInstaller(InstallerOptions{Dir: state, CLI: cli, Reload: func(r string) { reasons = append(reasons, r) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = inst.Install(context.Background(), Set{Certs: map[string]*Entry{"a": {Name: "a", Source: SourceDir, Cert: c}}})
+	if err != nil || len(reasons) != 0 {
+		t.Fatalf("Install = %v, reloads asked %q: want neither", err, reasons)
+	}
+}
