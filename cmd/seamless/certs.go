@@ -120,7 +120,7 @@ func prepareCerts(cfg *config.Config, stateDir string, cli certs.CLI, reload fun
 		}
 	}
 	if cfg.CertsKV != "" {
-		h.kv = certs.NewKV(consul, cfg.CertsKV, nil, log)
+		h.kv = certs.NewKV(consul, cfg.CertsKV, kvHold(cfg), nil, log)
 		if cli != nil { // a check needs no certificate but the default
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			h.kvSet, err = h.kv.Read(ctx)
@@ -221,4 +221,14 @@ func (h *httpsCerts) close() {
 		h.stop()
 	}
 	h.wg.Wait()
+}
+
+// kvHold is how long SEAMLESS_CERTS_KV holds certificate removals after
+// Consul lost its data: SEAMLESS_REMOVAL_HOLD, none when
+// SEAMLESS_REMOVAL_GUARD=0 turns the guard off.
+func kvHold(cfg *config.Config) time.Duration {
+	if cfg.RemovalGuard <= 0 {
+		return 0
+	}
+	return cfg.RemovalHold
 }

@@ -112,7 +112,9 @@ func (a *ACME) kvPrefix() string { return strings.TrimSuffix(a.o.KV, "/") + "/" 
 func (a *ACME) watchStored(ctx context.Context, out chan<- map[string]*acmeCert) {
 	prefix := a.kvPrefix() + "certs/"
 	logged := map[string]uint64{} // the values refused, by key: each is logged once
-	watchKV(ctx, a.o.Consul, prefix, a.log, func(pairs api.KVPairs) {
+	// Never removes: a certificate missing from the store (a Consul that
+	// lost its data) keeps serving from memory until it ends or is renewed.
+	watchKV(ctx, a.o.Consul, prefix, a.log, func(pairs api.KVPairs, _ bool) {
 		m := map[string]*acmeCert{}
 		refused := map[string]uint64{}
 		for _, p := range pairs {
@@ -279,7 +281,7 @@ func (a *ACME) syncChallenges(ctx context.Context) {
 	prefix := a.kvPrefix() + "challenges/"
 	added := map[string]string{}
 	acked := map[string]bool{}
-	watchKV(ctx, a.o.Consul, prefix, a.log, func(pairs api.KVPairs) {
+	watchKV(ctx, a.o.Consul, prefix, a.log, func(pairs api.KVPairs, _ bool) {
 		now := map[string]string{}
 		for _, p := range pairs {
 			token := strings.TrimPrefix(p.Key, prefix)

@@ -143,3 +143,47 @@ func TestACMEStoredCertificatesFromKVAreChecked(t *testing.T) {
 		t.Fatalf("other.test's refusal logged %d times:\n%s", n, logs.String())
 	}
 }
+
+// A Consul restarted without its data empties PREFIX/certs/: the watch
+// of the stored certificates never removes one, so the host keeps its
+// certificate, with no reload and no new order.
+func TestACMECertificatesSurviveAConsulRestartedEmpty(t *testing.T) {
+	consul := testenv.Consul(t)
+	r, peb := newACMERig(t, rigOptions{
+		pebble: func(port int) *testenv.PebbleServer {
+			return testenv.Pebble(t, testenv.PebbleOptions{HTTPPort: port, Validity: time.Hour})
+		},
+		hosts: []string{"app.test"}, consul: consul.Client(), kv: "seamless/acme",
+	})
+	before := r.reloads(t)
+	r.run()
+	roots := peb.Roots()
+	var first *big.Int
+	testenv.Eventually(t, 30*time.Second, "app.test is served its certificate", func() bool {
+		s, err := verified(r.https, "app.test", roots)
+		first = s
+		return err == nil
+	})
+	consul.Stop()
+	consul.Wipe()
+	consul.Start()
+	testenv.Eventually(t, 60*time.Second, "the watch of the stored certificates sees the emptied Consul", func() bool {
+		for _, l := range strings.Split(r.logs.String(), "\n") {
+			if strings.Contains(l, "starting the watch over") && strings.Contains(l, "prefix=seamless/acme/certs/") {
+				return true
+			}
+		}
+		return false
+	})
+	for range 50 {
+		if s, err := verified(r.https, "app.test", roots); err != nil || s.Cmp(first) != 0 {
+			t.Fatalf("after Consul came back empty app.test serves %v (%v), not its certificate %x", s, err, first)
+		}
+	}
+	if n := testutil.ToFloat64(r.metrics.orders.WithLabelValues(OrderIssued)); n != 1 {
+		t.Fatalf("%v orders issued, want the first alone", n)
+	}
+	if now := r.reloads(t); now != before {
+		t.Fatalf("HAProxy reloaded %d times", now-before)
+	}
+}

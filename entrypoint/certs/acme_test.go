@@ -1,13 +1,18 @@
 package certs
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,6 +61,7 @@ type rigOptions struct {
 	retryMin time.Duration
 	consul   *api.Client // with kv: ACME shared through Consul KV
 	kv       string
+	backend  int // the port of the routed instances; 0: 9, where nothing answers
 }
 
 func newACMERig(t *testing.T, o rigOptions) (*acmeRig, *testenv.PebbleServer) {
@@ -102,9 +108,13 @@ func newACMERig(t *testing.T, o rigOptions) (*acmeRig, *testenv.PebbleServer) {
 		t.Fatal(err)
 	}
 	var insts []model.Instance
+	backend := o.backend
+	if backend == 0 {
+		backend = 9
+	}
 	for i, h := range o.hosts {
 		insts = append(insts, model.Instance{Source: "test", Name: "web" + string(rune('a'+i)), ID: "1", Node: "n", Address: "127.0.0.1",
-			Port: 9, Tags: []string{"seamless.http.host=" + h}, Status: model.StatusPassing})
+			Port: backend, Tags: []string{"seamless.http.host=" + h}, Status: model.StatusPassing})
 	}
 	out, err := rend.Render(model.NewState(map[model.Query]model.Result{model.LocalCatalog: {Catalog: &model.Catalog{Instances: insts}}}))
 	if err != nil {
@@ -145,6 +155,48 @@ func newACMERig(t *testing.T, o rigOptions) (*acmeRig, *testenv.PebbleServer) {
 		t.Cleanup(func() { cancel(); wg.Wait() })
 	}
 	return r, peb
+}
+
+// keepAlive is one HTTPS connection that requests are sent on in turn,
+// written by hand so that nothing is retried behind the test's back.
+type keepAlive struct {
+	c    *tls.Conn
+	r    *bufio.Reader
+	host string
+}
+
+func dialKeepAlive(addr, host string, roots *x509.CertPool) (*keepAlive, error) {
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr,
+		&tls.Config{ServerName: host, RootCAs: roots, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		return nil, err
+	}
+	return &keepAlive{c: c, r: bufio.NewReader(c), host: host}, nil
+}
+
+// get sends one request and reads its answer, which must be a 200; again
+// is false when the server closes the connection after it.
+func (k *keepAlive) get() (again bool, err error) {
+	_ = k.c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(k.c, "GET / HTTP/1.1\r\nHost: "+k.host+"\r\n\r\n"); err != nil {
+		return false, err
+	}
+	res, err := http.ReadResponse(k.r, nil)
+	if err != nil {
+		return false, err
+	}
+	_, err = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if err == nil && res.StatusCode != http.StatusOK {
+		err = fmt.Errorf("status %s", res.Status)
+	}
+	return !res.Close, err
+}
+
+func (k *keepAlive) close() {
+	if k != nil {
+		k.c.Close()
+	}
 }
 
 // verified does a TLS handshake for host that must verify against roots,
@@ -194,6 +246,9 @@ func TestACMECertificateObtainedThroughHAProxyAndRenewedWithoutAReload(t *testin
 		t.Fatal(err)
 	}
 	dir := Set{Certs: map[string]*Entry{"files": {Name: "files", Source: SourceDir, File: "/certs/files.pem", Cert: dirCert}}}
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	defer backend.Close()
+	backendPort, _ := strconv.Atoi(backend.URL[strings.LastIndexByte(backend.URL, ':')+1:])
 	// Renewal two thirds into 24 s, 16 s after issuance: an order takes
 	// about 5 s with Pebble (lego polls a challenge after 5 s when the CA
 	// sends no Retry-After).
@@ -201,7 +256,7 @@ func TestACMECertificateObtainedThroughHAProxyAndRenewedWithoutAReload(t *testin
 		pebble: func(port int) *testenv.PebbleServer {
 			return testenv.Pebble(t, testenv.PebbleOptions{HTTPPort: port, Validity: 24 * time.Second})
 		},
-		hosts: []string{"app.test", "files.test"}, dir: dir,
+		hosts: []string{"app.test", "files.test"}, dir: dir, backend: backendPort,
 	})
 	before := r.reloads(t)
 	r.run()
@@ -237,19 +292,27 @@ func TestACMECertificateObtainedThroughHAProxyAndRenewedWithoutAReload(t *testin
 		t.Fatalf("challenge map after the order: %q, %v", b, err)
 	}
 
-	// Renewal under a loop of new handshakes: none fails, the new serial
-	// is served, no reload.
-	var handshakes, failures atomic.Int32
-	var firstErr atomic.Value
+	// Renewal under a loop of new handshakes and a loop of keep-alive
+	// requests (one per iteration on one connection): none fails, the new
+	// serial is served, no reload. Each loop ends at stop, at the
+	// deadline or after its most iterations (above what 60 s gave here:
+	// 700 handshakes/s, 4,500 keep-alive requests/s), whichever is first.
+	const maxHandshakes, maxRequests = 100_000, 500_000
+	deadline := time.Now().Add(60 * time.Second)
+	var handshakes, failures, requests, reqFailures, conns atomic.Int32
+	var firstErr, firstReqErr atomic.Value
 	stop := make(chan struct{})
+	running := func(i, most int) bool {
+		select {
+		case <-stop:
+			return false
+		default:
+			return i < most && time.Now().Before(deadline)
+		}
+	}
 	var load sync.WaitGroup
 	load.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
+		for i := 0; running(i, maxHandshakes); i++ {
 			if _, err := verified(r.https, "app.test", roots); err != nil {
 				failures.Add(1)
 				firstErr.CompareAndSwap(nil, err)
@@ -257,18 +320,52 @@ func TestACMECertificateObtainedThroughHAProxyAndRenewedWithoutAReload(t *testin
 			handshakes.Add(1)
 		}
 	})
+	load.Go(func() {
+		var ka *keepAlive
+		defer func() { ka.close() }()
+		for i := 0; running(i, maxRequests); i++ {
+			if ka == nil {
+				var err error
+				if ka, err = dialKeepAlive(r.https, "app.test", roots); err != nil {
+					reqFailures.Add(1)
+					firstReqErr.CompareAndSwap(nil, err)
+					continue
+				}
+				conns.Add(1)
+			}
+			again, err := ka.get()
+			requests.Add(1)
+			if err != nil {
+				reqFailures.Add(1)
+				firstReqErr.CompareAndSwap(nil, err)
+			}
+			if err != nil || !again {
+				ka.close()
+				ka = nil
+			}
+		}
+	})
 	testenv.Eventually(t, 30*time.Second, "app.test serves a renewed certificate", func() bool {
 		s, err := verified(r.https, "app.test", roots)
 		return err == nil && s.Cmp(first) != 0
 	})
-	after := handshakes.Load() + 50
-	testenv.Eventually(t, 10*time.Second, "handshakes go on", func() bool { return handshakes.Load() >= after })
+	after, afterReq := handshakes.Load()+50, requests.Load()+50
+	testenv.Eventually(t, 10*time.Second, "handshakes and requests go on", func() bool {
+		return handshakes.Load() >= after && requests.Load() >= afterReq
+	})
 	close(stop)
 	load.Wait()
 	if n := failures.Load(); n > 0 {
 		t.Fatalf("%d of %d handshakes failed during the renewal; first: %v", n, handshakes.Load(), firstErr.Load())
 	}
-	t.Logf("%d handshakes during the renewal, none failed", handshakes.Load())
+	if n := reqFailures.Load(); n > 0 {
+		t.Fatalf("%d of %d keep-alive requests failed during the renewal; first: %v", n, requests.Load(), firstReqErr.Load())
+	}
+	if requests.Load() <= conns.Load() {
+		t.Fatalf("%d requests on %d connections: the connection was not kept alive", requests.Load(), conns.Load())
+	}
+	t.Logf("during the renewal: %d handshakes and %d keep-alive requests on %d connections, none failed",
+		handshakes.Load(), requests.Load(), conns.Load())
 	if got := testutil.ToFloat64(r.metrics.orders.WithLabelValues(OrderIssued)); got < 2 {
 		t.Fatalf("orders issued = %v, want 2 (the certificate and its renewal)", got)
 	}

@@ -168,28 +168,21 @@ func (i *Installer) Install(ctx context.Context, set Set) error {
 		return &WriteError{Err: err}
 	}
 	old := i.installed
-	var errs []error
-	for _, name := range removed {
-		if err := i.remove(ctx, name); err != nil {
-			errs = append(errs, err)
-			continue
+	// The worker the commands reach now: a reload (a SIGHUP) in flight is
+	// waited for, and one that starts later shows as another worker.
+	before := i.worker(ctx)
+	done := map[string]bool{}
+	errs := i.runtime(ctx, set, old, added, changed, removed, done)
+	if len(errs) > 0 && ctx.Err() == nil {
+		if now := i.worker(ctx); now != 0 && now != before {
+			// A reload since the files were written: the commands reached
+			// the worker it replaced. The new one loaded the files, or
+			// loaded them just before they changed: the same commands
+			// find out which, and verify, instead of reloading again.
+			i.log.Info("a reload replaced HAProxy's worker during the certificate install; installing on the new worker",
+				"worker", now, "errors", len(errs))
+			errs = i.runtime(ctx, set, old, added, changed, removed, done)
 		}
-		i.log.Info("certificate removed over the runtime API, no reload", "name", name, "file", old[name].File)
-	}
-	for _, name := range slices.Concat(added, changed) {
-		e := set.Certs[name]
-		_, replace := old[name]
-		if err := i.put(ctx, name, e, replace); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		what := "added"
-		if replace {
-			what = "replaced"
-		}
-		i.log.Info("certificate "+what+" over the runtime API, no reload", "name", name, "file", e.File,
-			"names", strings.Join(e.Names, ","), "serial", e.Serial.Text(16), "not_after", e.NotAfter.UTC().Format(time.RFC3339))
-		i.warnExpiry(e)
 	}
 	// Served from now: committed, or (on a runtime failure) in the files
 	// the reload below loads.
@@ -200,6 +193,12 @@ func (i *Installer) Install(ctx context.Context, set Set) error {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
+		if ctx.Err() != nil {
+			// Stopping (or the caller gave up): a reload now would start a
+			// worker for nothing, and the files already hold set.
+			i.log.Info("certificate install cut short by a stop; no reload", "err", err)
+			return err
+		}
 		i.log.Error("the runtime API failed to install certificates; reloading to load them from the files", "err", err)
 		if i.o.Reload != nil {
 			i.o.Reload("certificates: the runtime API failed")
@@ -207,6 +206,42 @@ func (i *Installer) Install(ctx context.Context, set Set) error {
 		return err
 	}
 	return nil
+}
+
+// runtime sends the changes to the worker, logging each one done (once,
+// by done) and returning what failed.
+func (i *Installer) runtime(ctx context.Context, set Set, old map[string]*Entry, added, changed, removed []string, done map[string]bool) []error {
+	var errs []error
+	for _, name := range removed {
+		if err := i.remove(ctx, name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !done[name] {
+			done[name] = true
+			i.log.Info("certificate removed over the runtime API, no reload", "name", name, "file", old[name].File)
+		}
+	}
+	for _, name := range slices.Concat(added, changed) {
+		e := set.Certs[name]
+		_, replace := old[name]
+		if err := i.put(ctx, name, e, replace); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if done[name] {
+			continue
+		}
+		done[name] = true
+		what := "added"
+		if replace {
+			what = "replaced"
+		}
+		i.log.Info("certificate "+what+" over the runtime API, no reload", "name", name, "file", e.File,
+			"names", strings.Join(e.Names, ","), "serial", e.Serial.Text(16), "not_after", e.NotAfter.UTC().Format(time.RFC3339))
+		i.warnExpiry(e)
+	}
+	return errs
 }
 
 func (i *Installer) warnExpiry(e *Entry) {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,13 +17,17 @@ import (
 )
 
 func TestARuntimeFailureFallsBackToAReloadWithTheFilesWritten(t *testing.T) {
+	masterWait = 50 * time.Millisecond // no master answers here
+	defer func() { masterWait = 10 * time.Second }()
 	ca := newCA(t)
 	state := filepath.Join(t.TempDir(), "certs")
 	var reasons []string
 	var sent []string
 	inst, err := NewInstaller(InstallerOptions{Dir: state,
 		CLI: cliFunc(func(_ context.Context, cmd string) (string, error) {
-			sent = append(sent, cmd)
+			if cmd != "show proc" {
+				sent = append(sent, cmd)
+			}
 			return "", errors.New("master CLI: connection refused")
 		}),
 		Reload: func(reason string) { reasons = append(reasons, reason) }})
@@ -83,6 +88,10 @@ type transcript struct {
 }
 
 func (tr *transcript) Do(_ context.Context, cmd string) (string, error) {
+	// The master's own commands: one worker, pid 2969, that has loaded.
+	if ans, ok := masterAnswers(cmd, 2969); ok {
+		return ans, nil
+	}
 	cmd = strings.TrimPrefix(cmd, "@1 ")
 	tr.sent = append(tr.sent, cmd)
 	for prefix, ans := range tr.answers {
@@ -91,6 +100,22 @@ func (tr *transcript) Do(_ context.Context, cmd string) (string, error) {
 		}
 	}
 	return "", errors.New("unexpected command " + cmd)
+}
+
+// masterAnswers answers the master's "show proc" (as 2.6.12 did) with one
+// worker, pid, and "show version" sent to it; ok is false for other
+// commands.
+func masterAnswers(cmd string, pid int) (ans string, ok bool) {
+	switch cmd {
+	case "show proc":
+		return fmt.Sprintf("#<PID>          <type>          <reloads>       <uptime>        <version>\n"+
+			"2716            master          1 [failed: 0]   0d00h10m10s     2.6.12-1+deb12u4\n"+
+			"# workers\n%d            worker          0               0d00h00m00s     2.6.12-1+deb12u4\n"+
+			"# programs\n\n", pid), true
+	case fmt.Sprintf("@!%d show version", pid):
+		return "2.6.12-1+deb12u4\n", true
+	}
+	return "", false
 }
 
 // A reload that lands between "new ssl cert" and "add ssl crt-list" starts
@@ -144,6 +169,9 @@ func TestNoPrivateKeyInErrorsOrLogs(t *testing.T) {
 	var logs logBuffer
 	inst, err := NewInstaller(InstallerOptions{Dir: filepath.Join(t.TempDir(), "certs"),
 		CLI: cliFunc(func(_ context.Context, cmd string) (string, error) {
+			if ans, ok := masterAnswers(cmd, 2969); ok {
+				return ans, nil
+			}
 			if strings.Contains(cmd, "new ssl cert") {
 				return "New empty certificate store!\n", nil
 			}
@@ -217,4 +245,169 @@ func TestRunRetriesASetItCouldNotWrite(t *testing.T) {
 		_, err := os.Stat(p)
 		return err == nil && sentCount() > 0
 	})
+}
+
+// A stop that cancels an install half-way (the master CLI then answers
+// "context canceled") is no runtime failure: asking for a reload while
+// seamless shuts down would start a worker for nothing.
+func TestACancelledInstallAsksForNoReload(t *testing.T) {
+	ca := newCA(t)
+	c, err := Check(ca.bundle(t, "a.example"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(t.TempDir(), "certs")
+	p := filepath.Join(state, "live", "a.pem")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tr := &transcript{answers: map[string]string{
+		"new ssl cert":      "New empty certificate store '" + p + "'!\n",
+		"set ssl cert":      "Transaction created for certificate " + p + "!\n",
+		"commit ssl cert":   "Committing " + p + "\nSuccess!\n",
+		"show ssl crt-list": "# " + filepath.Join(state, "crt-list") + "\n" + filepath.Join(state, "default.pem") + "\n" + p + "\n",
+	}}
+	cli := cliFunc(func(ctx context.Context, cmd string) (string, error) {
+		if strings.Contains(cmd, "show ssl cert ") {
+			cancel() // the stop lands here, as in the ACME test that saw it
+			<-ctx.Done()
+			return "", fmt.Errorf("master CLI: %w", ctx.Err())
+		}
+		return tr.Do(ctx, cmd)
+	})
+	var reasons []string
+	inst, err := NewInstaller(InstallerOptions{Dir: state, CLI: cli, Reload: func(r string) { reasons = append(reasons, r) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = inst.Install(ctx, Set{Certs: map[string]*Entry{"a": {Name: "a", Source: SourceDir, Cert: c}}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Install = %v, want the cancellation", err)
+	}
+	if len(reasons) != 0 {
+		t.Fatalf("a cancelled install asked for reloads: %q", reasons)
+	}
+}
+
+// A SIGHUP that lands during a rotation: the reload's master re-executes
+// while the commands are sent, so they fail, and a new worker, started
+// after the files were written, serves the new set. TestAReloadInTheMiddle
+// OfAChangeNeedsNoOther covers a worker that answers, having loaded the
+// files; here the commands fail outright, which cost one more reload per
+// SIGHUP (39 reloads for 26 rotations and HUPs in seamless-bench tls (c)).
+// The installer sees the new worker, checks it serves the set, and
+// reloads no more.
+func TestAReloadThatReplacesTheWorkerMidInstallCostsNoOther(t *testing.T) {
+	ca := newCA(t)
+	c1, err := Check(ca.bundle(t, "a.example"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := Check(ca.bundle(t, "a.example"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(t.TempDir(), "certs")
+	p := filepath.Join(state, "live", "a.pem")
+	list := filepath.Join(state, "crt-list")
+	// The new worker loaded a.pem from the files: c2, listed.
+	newWorker := &transcript{answers: map[string]string{
+		"new ssl cert":      "Certificate '" + p + "' already exists!\n",
+		"set ssl cert":      "Transaction created for certificate " + p + "!\n",
+		"commit ssl cert":   "Committing " + p + "\nSuccess!\n",
+		"show ssl crt-list": "# " + list + "\n" + filepath.Join(state, "default.pem") + "\n" + p + "\n",
+		"show ssl cert":     "Filename: " + p + "\nStatus: Used\nSerial: " + strings.ToUpper(c2.Serial.Text(16)) + "\n",
+	}}
+	var (
+		mu       sync.Mutex
+		pid      = 100
+		reloaded bool
+		sent     []string
+	)
+	cli := cliFunc(func(ctx context.Context, cmd string) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if ans, ok := masterAnswers(cmd, pid); ok {
+			return ans, nil
+		}
+		if !reloaded {
+			if strings.HasPrefix(cmd, "@1 set ssl cert") {
+				// The HUP: the master re-executes under this command.
+				reloaded, pid = true, 200
+				return "", errors.New("master CLI: read unix ->master.sock: connection reset by peer")
+			}
+			return "Transaction created for certificate " + p + "!\n", nil
+		}
+		sent = append(sent, strings.TrimPrefix(cmd, "@1 "))
+		return newWorker.Do(ctx, cmd)
+	})
+	var reasons []string
+	var logs logBuffer
+	inst, err := NewInstaller(InstallerOptions{Dir: state, CLI: cli, Reload: func(r string) { reasons = append(reasons, r) },
+		Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Prepare(Set{Certs: map[string]*Entry{"a": {Name: "a", Source: SourceDir, Cert: c1}}}); err != nil {
+		t.Fatal(err)
+	}
+	err = inst.Install(context.Background(), Set{Certs: map[string]*Entry{"a": {Name: "a", Source: SourceDir, Cert: c2}}})
+	if err != nil || len(reasons) != 0 {
+		t.Fatalf("Install = %v, reloads asked %q: want neither", err, reasons)
+	}
+	if !slices.ContainsFunc(sent, func(s string) bool { return strings.HasPrefix(s, "show ssl cert ") }) {
+		t.Fatalf("the new worker's certificate was not verified; sent to it %q", sent)
+	}
+	if !strings.Contains(logs.String(), "a reload replaced HAProxy's worker during the certificate install") {
+		t.Fatalf("not logged:\n%s", logs.String())
+	}
+	// The new worker serving an older serial is a failure: then a reload.
+	newWorker.answers["show ssl cert"] = "Filename: " + p + "\nStatus: Used\nSerial: " + strings.ToUpper(c1.Serial.Text(16)) + "\n"
+	mu.Lock()
+	reloaded, pid = false, 100
+	mu.Unlock()
+	c3, err := Check(ca.bundle(t, "a.example"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Install(context.Background(), Set{Certs: map[string]*Entry{"a": {Name: "a", Source: SourceDir, Cert: c3}}}); err == nil || len(reasons) != 1 {
+		t.Fatalf("Install = %v, reloads asked %q: want an error and a reload", err, reasons)
+	}
+}
+
+// A rotation that starts while a SIGHUP's reload is in flight: the master
+// re-executes (its CLI refuses connections), then a new worker loads. The
+// install waits for it rather than failing into one more reload.
+func TestAnInstallDuringAReloadWaitsForTheNewWorker(t *testing.T) {
+	ca := newCA(t)
+	c, err := Check(ca.bundle(t, "a.example"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(t.TempDir(), "certs")
+	p := filepath.Join(state, "live", "a.pem")
+	tr := &transcript{answers: map[string]string{
+		"new ssl cert":      "New empty certificate store '" + p + "'!\n",
+		"set ssl cert":      "Transaction created for certificate " + p + "!\n",
+		"commit ssl cert":   "Committing " + p + "\nSuccess!\n",
+		"show ssl crt-list": "# " + filepath.Join(state, "crt-list") + "\n" + filepath.Join(state, "default.pem") + "\n",
+		"add ssl crt-list":  "Inserting certificate '" + p + "' in crt-list '" + filepath.Join(state, "crt-list") + "'.\nSuccess!\n",
+		"show ssl cert":     "Filename: " + p + "\nStatus: Used\nSerial: " + strings.ToUpper(c.Serial.Text(16)) + "\n",
+	}}
+	refusals := 0
+	cli := cliFunc(func(ctx context.Context, cmd string) (string, error) {
+		if refusals < 5 { // the master re-executes
+			refusals++
+			return "", errors.New("master CLI: dial unix master.sock: connect: connection refused")
+		}
+		return tr.Do(ctx, cmd)
+	})
+	var reasons []string
+	inst, err := NewInstaller(InstallerOptions{Dir: state, CLI: cli, Reload: func(r string) { reasons = append(reasons, r) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = inst.Install(context.Background(), Set{Certs: map[string]*Entry{"a": {Name: "a", Source: SourceDir, Cert: c}}})
+	if err != nil || len(reasons) != 0 {
+		t.Fatalf("Install = %v, reloads asked %q: want neither", err, reasons)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -25,7 +26,8 @@ const kvWait = 5 * time.Minute
 // untrusted as files: each is checked like one, a bad one is refused with
 // a message naming its key (never its content), and a key that was good
 // keeps its last good content until it is fixed or deleted. While Consul
-// cannot be reached the last good set keeps serving.
+// cannot be read the last good set keeps serving, and a Consul that comes
+// back without its data removes nothing for the hold (removalHold).
 type KV struct {
 	client *api.Client
 	prefix string // with a trailing '/'
@@ -33,10 +35,12 @@ type KV struct {
 	log    *slog.Logger
 	good   map[string]*Entry // last good content, by name
 	logged map[string]string // problems logged, by key, so each is logged once
+	hold   removalHold       // owned by Run
 }
 
-// NewKV returns a source for prefix (no trailing '/'). now and log may be nil.
-func NewKV(client *api.Client, prefix string, now func() time.Time, log *slog.Logger) *KV {
+// NewKV returns a source for prefix (no trailing '/'). Removals are held
+// for hold after Consul lost its data (0: never). now and log may be nil.
+func NewKV(client *api.Client, prefix string, hold time.Duration, now func() time.Time, log *slog.Logger) *KV {
 	if now == nil {
 		now = time.Now
 	}
@@ -44,8 +48,10 @@ func NewKV(client *api.Client, prefix string, now func() time.Time, log *slog.Lo
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	prefix = strings.TrimSuffix(prefix, "/") + "/"
-	return &KV{client: client, prefix: prefix, now: now, log: log.With("component", "certs", "kv", prefix),
+	k := &KV{client: client, prefix: prefix, now: now, log: log.With("component", "certs", "kv", prefix),
 		good: map[string]*Entry{}, logged: map[string]string{}}
+	k.hold = removalHold{hold: hold, log: k.log}
+	return k
 }
 
 // Read reads the prefix once, for the files HAProxy starts with.
@@ -106,36 +112,95 @@ func (k *KV) apply(pairs api.KVPairs) (Set, map[string]string) {
 	return Set{Certs: maps.Clone(good)}, problems
 }
 
+// kvAnswer is one answer of watchKV.
+type kvAnswer struct {
+	pairs api.KVPairs
+	reset bool
+}
+
 // Run watches the prefix with a blocking query and sends each set that
-// differs from the one sent before, until ctx ends. Read's set counts as
-// sent when initial is it.
+// differs from the one sent before, until ctx ends: only the newest when
+// out is slow. Read's set counts as sent when initial is it. Removals are
+// held after an index reset, or when one answer empties the prefix of
+// more than one certificate, for the hold; then the listing applies.
 func (k *KV) Run(ctx context.Context, initial Set, out chan<- Set) {
-	sent := initial
-	watchKV(ctx, k.client, k.prefix, k.log, func(pairs api.KVPairs) {
-		set, _ := k.apply(pairs)
-		if set.equal(sent) {
-			return
+	answers := make(chan kvAnswer)
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		watchKV(wctx, k.client, k.prefix, k.log, func(pairs api.KVPairs, reset bool) {
+			select {
+			case answers <- kvAnswer{pairs, reset}:
+			case <-wctx.Done():
+			}
+		})
+	})
+	defer func() { cancel(); wg.Wait() }()
+
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	var (
+		listed  = initial // the newest answer's certificates
+		cur     = initial // what was sent, or waits to be
+		sent    = initial
+		pending bool
+	)
+	for {
+		var send chan<- Set
+		if pending {
+			send = out
 		}
 		select {
-		case out <- set:
-			sent = set
 		case <-ctx.Done():
+			return
+		case a := <-answers:
+			before := len(cur.Certs)
+			listed, _ = k.apply(a.pairs)
+			switch now := k.now(); {
+			case a.reset:
+				k.hold.start(now, "Consul's index went backwards under the prefix (a Consul restarted or restored without its data)")
+			case len(listed.Certs) == 0 && before > 1 && !k.hold.active(now):
+				k.hold.start(now, fmt.Sprintf("one answer removed all %d certificates under the prefix", before))
+			}
+		case <-timer.C:
+		case send <- cur:
+			sent, pending = cur, false
+			continue
 		}
-	})
+		now := k.now()
+		cur = k.hold.compose(listed, cur, now)
+		pending = !cur.equal(sent)
+		timer.Stop()
+		if k.hold.active(now) {
+			timer.Reset(k.hold.until.Sub(now))
+		}
+	}
 }
 
 // watchKV calls fn with every key under prefix at once and after each
 // change, with blocking queries, until ctx ends. While Consul fails, fn is
 // not called (what it last had stays in use) and the query is retried with
 // backoff; the failure is logged once, and the recovery.
-func watchKV(ctx context.Context, c *api.Client, prefix string, log *slog.Logger, fn func(api.KVPairs)) {
+//
+// reset is true when Consul's index went backwards since the answer
+// before: a server restarted or restored with less data, or another
+// server that lags behind.
+func watchKV(ctx context.Context, c *api.Client, prefix string, log *slog.Logger, fn func(pairs api.KVPairs, reset bool)) {
 	var (
 		index   uint64
 		backoff time.Duration
 		failing bool
 	)
 	for ctx.Err() == nil {
-		opts := (&api.QueryOptions{WaitIndex: index, WaitTime: kvWait}).WithContext(ctx)
+		// After a failure the query reads afresh: a Consul that came back
+		// with a lower index would hold a query for a higher one for its
+		// whole wait, so the loss of its data would go unseen.
+		wait := index
+		if failing {
+			wait = 0
+		}
+		opts := (&api.QueryOptions{WaitIndex: wait, WaitTime: kvWait}).WithContext(ctx)
 		pairs, meta, err := c.KV().List(prefix, opts)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -160,12 +225,15 @@ func watchKV(ctx context.Context, c *api.Client, prefix string, log *slog.Logger
 		backoff = 0
 		// An index that went back (a Consul restored from a snapshot)
 		// starts the watch again; 0 would not block.
-		if meta.LastIndex < index {
+		reset := meta.LastIndex < index
+		if reset {
+			log.Warn("Consul's index went backwards (restarted with less data, or another server answered): starting the watch over",
+				"prefix", prefix, "from", index, "to", meta.LastIndex)
 			index = 0
 		} else {
 			index = max(meta.LastIndex, 1)
 		}
-		fn(pairs)
+		fn(pairs, reset)
 	}
 }
 

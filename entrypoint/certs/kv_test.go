@@ -3,6 +3,7 @@ package certs
 import (
 	"context"
 	"log/slog"
+	"math/big"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,7 +41,7 @@ func TestKVCertificatesAreServedWithoutAReload(t *testing.T) {
 
 	var logs logBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	kv := NewKV(c, "tls/certs", nil, log)
+	kv := NewKV(c, "tls/certs", 30*time.Second, nil, log)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	first, err := kv.Read(ctx)
 	cancel()
@@ -129,6 +130,118 @@ func TestKVCertificatesAreServedWithoutAReload(t *testing.T) {
 	testenv.Eventually(t, 20*time.Second, "the deleted certificate is removed", func() bool {
 		s, _, err := served(addr, "b.example")
 		return err == nil && s.Cmp(inst.def.Serial) == 0
+	})
+	now, err := cli.ShowProc(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.Master.Reloads != before.Master.Reloads {
+		t.Fatalf("HAProxy reloaded %d times", now.Master.Reloads-before.Master.Reloads)
+	}
+}
+
+// A Consul that comes back without its data (its index goes backwards)
+// removes no certificate for the hold: they keep serving, with no reload;
+// one put again meanwhile is served at once; one still missing when the
+// hold ends is removed. One answer that empties the prefix of more than
+// one certificate is held the same way.
+func TestKVCertificatesSurviveAConsulRestartedEmpty(t *testing.T) {
+	const hold = 10 * time.Second
+	consul := testenv.Consul(t)
+	c := consul.Client()
+	ca := newCA(t)
+	aPEM, bPEM := ca.bundle(t, "a.example"), ca.bundle(t, "b.example")
+	kvPut(t, c, "tls/certs/a", aPEM)
+	kvPut(t, c, "tls/certs/b", bPEM)
+
+	var logs logBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	kv := NewKV(c, "tls/certs", hold, nil, log)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	first, err := kv.Read(ctx)
+	cancel()
+	if err != nil || len(first.Certs) != 2 {
+		t.Fatalf("Read = %d certificates, %v", len(first.Certs), err)
+	}
+	var cliRef atomic.Pointer[haproxy.MasterCLI]
+	inst, err := NewInstaller(InstallerOptions{Dir: t.TempDir() + "/certs", CLI: cliFunc(func(ctx context.Context, cmd string) (string, error) {
+		return cliRef.Load().Do(ctx, cmd)
+	}), Reload: func(reason string) { t.Errorf("reload asked for: %s", reason) }, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Prepare(first); err != nil {
+		t.Fatal(err)
+	}
+	addr, cli := startHAProxy(t, inst.CrtList())
+	cliRef.Store(cli)
+	rctx, stop := context.WithCancel(context.Background())
+	sets := make(chan Set)
+	var wg sync.WaitGroup
+	wg.Go(func() { kv.Run(rctx, first, sets) })
+	wg.Go(func() { inst.Run(rctx, sets) })
+	defer func() { stop(); wg.Wait() }()
+	before, err := cli.ShowProc(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	serves := func(host string, want *big.Int) bool {
+		s, _, err := served(addr, host)
+		return err == nil && s.Cmp(want) == 0
+	}
+
+	// Restarted empty: the index goes backwards, the removals are held.
+	consul.Stop()
+	consul.Wipe()
+	consul.Start()
+	// The watch's backoff while Consul was away reaches 30 s.
+	testenv.Eventually(t, 60*time.Second, "the hold is logged", func() bool {
+		return strings.Contains(logs.String(), "removals of certificates held") &&
+			strings.Contains(logs.String(), "certificates gone from Consul KV keep serving until the hold ends")
+	})
+	heldAt := time.Now()
+	if !serves("a.example", serial(t, aPEM)) || !serves("b.example", serial(t, bPEM)) {
+		t.Fatal("during the hold the certificates of the emptied Consul are not served")
+	}
+	// Put again during the hold: served at once.
+	a2PEM := ca.bundle(t, "a.example")
+	kvPut(t, consul.Client(), "tls/certs/a", a2PEM)
+	testenv.Eventually(t, hold/2, "the certificate put again during the hold is served", func() bool {
+		return serves("a.example", serial(t, a2PEM))
+	})
+	if time.Since(heldAt) >= hold {
+		t.Fatalf("the machine is too slow for this test: the checks took %s of the %s hold", time.Since(heldAt), hold)
+	}
+	if !serves("b.example", serial(t, bPEM)) {
+		t.Fatal("b.example lost its certificate during the hold")
+	}
+	// After the hold: the listing is taken as it is.
+	testenv.Eventually(t, 2*hold, "the certificate still missing after the hold is removed", func() bool {
+		return serves("b.example", inst.def.Serial)
+	})
+	if !serves("a.example", serial(t, a2PEM)) {
+		t.Fatal("the certificate put again is not served after the hold")
+	}
+	if !strings.Contains(logs.String(), "hold over: certificates still gone from Consul KV are removed") ||
+		!strings.Contains(logs.String(), "names=b") {
+		t.Fatalf("the removal after the hold is not logged:\n%s", logs.String())
+	}
+
+	// The whole prefix emptied in one answer, with no reset: held too.
+	cPEM := ca.bundle(t, "c.example")
+	kvPut(t, consul.Client(), "tls/certs/c", cPEM)
+	testenv.Eventually(t, 10*time.Second, "c is served", func() bool { return serves("c.example", serial(t, cPEM)) })
+	if _, err := consul.Client().KV().DeleteTree("tls/certs/", nil); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the emptied prefix is held", func() bool {
+		return strings.Contains(logs.String(), "one answer removed all 2 certificates")
+	})
+	if !serves("a.example", serial(t, a2PEM)) || !serves("c.example", serial(t, cPEM)) {
+		t.Fatal("the certificates of the emptied prefix are not held")
+	}
+	testenv.Eventually(t, 2*hold, "the emptied prefix is applied after the hold", func() bool {
+		return serves("a.example", inst.def.Serial) && serves("c.example", inst.def.Serial)
 	})
 	now, err := cli.ShowProc(context.Background())
 	if err != nil {
