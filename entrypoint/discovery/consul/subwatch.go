@@ -18,7 +18,7 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 		prev any
 		have bool
 	)
-	bo := newBackoff()
+	bo := c.s.newBackoff()
 	failed := false
 	var epoch context.Context // the restart context of the last request
 	for {
@@ -26,25 +26,31 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 			cur.failed() // another sub-watch saw Consul restart
 		}
 		epoch = c.restartCtx()
+		recovery := c.s.probe.recovery()
 		rctx, cancel := context.WithCancel(ctx)
-		stop := func() bool { return false }
+		stop, stopR := func() bool { return false }, func() bool { return false }
 		if cur.wait() > 0 { // a fresh read answers at once anyway
 			stop = context.AfterFunc(epoch, cancel)
+			// A blocking query in flight through a cut may hang on a
+			// broken connection for its whole wait: the agent's return
+			// ends it.
+			stopR = context.AfterFunc(recovery, cancel)
 		}
 		ev, index, err := c.read(rctx, sb, cur.wait())
 		stop()
+		stopR()
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil && epoch.Err() != nil {
+		if err != nil && (epoch.Err() != nil || (cur.wait() > 0 && recovery.Err() != nil)) {
 			cur.failed()
-			continue // cut short by a restart: read afresh at once
+			continue // cut short by a restart or the agent's return: read afresh at once
 		}
 		if err != nil {
 			cur.failed()
 			failed = true
-			if !c.send(ctx, event{sub: sb, err: err}) || !sleep(ctx, bo.Next()) {
+			if !c.send(ctx, event{sub: sb, err: err}) || !c.s.probe.backoff(ctx, recovery, bo.Next()) {
 				return
 			}
 			continue

@@ -1,0 +1,195 @@
+package consul
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+const (
+	// probeEvery is how often the agent is asked for its leader while
+	// every query answers: one small request, so that the source knows
+	// within seconds that its agent lost the servers, even while a
+	// blocking query in flight waits out its minute.
+	probeEvery = 5 * time.Second
+	// probeFast is how often while a query is backed off: the agent's
+	// return wakes them all within about this long.
+	probeFast = time.Second
+	// probeTimeout bounds one probe; an agent that takes longer to name
+	// its leader is not serving reads either.
+	probeTimeout = 3 * time.Second
+)
+
+// agentProbe asks the agent the source reads from (the current one, with
+// several) for its cluster's leader: a cheap request that a client agent
+// can only answer through its servers. While it fails, the source is
+// stale (its answers, if any, cannot be newer than the cut). When it
+// answers with a leader again, every query backed off after a failure
+// is woken, and every blocking query in flight is read afresh (it may
+// hang on a connection the cut broke): the fleet converges within about
+// probeFast of the agent's return, not within the longest backoff. The
+// backoffs themselves stay as they are, so an outage costs each query no
+// more retries.
+type agentProbe struct {
+	ask         func(ctx context.Context) error
+	log         *slog.Logger
+	every, fast time.Duration
+	kick        chan struct{} // a query backed off: probe soon
+
+	mu        sync.Mutex
+	backedOff int
+	until     time.Time // the latest end of a backoff begun, for tests
+	down      string    // why the agent cannot serve reads now; "" when it can or while unknown
+	downSince time.Time // when down became non-empty
+	off       bool      // the agent does not serve the probe's endpoint: probe no more
+	// recovered ends at the agent's next return (down to up), and is then
+	// replaced.
+	recovered context.Context
+	recover   context.CancelFunc
+}
+
+func newAgentProbe(ask func(context.Context) error, log *slog.Logger) *agentProbe {
+	p := &agentProbe{ask: ask, log: log, every: probeEvery, fast: probeFast, kick: make(chan struct{}, 1)}
+	p.recovered, p.recover = context.WithCancel(context.Background())
+	return p
+}
+
+// recovery returns a context that ends when the agent next comes back.
+// Take it before a request: a return during the request then ends it too.
+func (p *agentProbe) recovery() context.Context {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.recovered
+}
+
+// backoff waits d after a failure, or less when the agent comes back
+// (recovery, taken before the failed request, ends); it reports whether
+// ctx is still alive.
+func (p *agentProbe) backoff(ctx, recovery context.Context, d time.Duration) bool {
+	p.mu.Lock()
+	p.backedOff++
+	if end := time.Now().Add(d); end.After(p.until) {
+		p.until = end
+	}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.backedOff--
+		p.mu.Unlock()
+	}()
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-recovery.Done():
+	}
+	return true
+}
+
+// stale says why the agent cannot serve reads, and since when; "" while
+// it can (or that is not known).
+func (p *agentProbe) stale() (string, time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.down, p.downSince
+}
+
+// run probes until ctx ends: every p.every, every p.fast while a query is
+// backed off, and at once (at most every p.fast) when one backs off.
+func (p *agentProbe) run(ctx context.Context) {
+	var last time.Time
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		p.mu.Lock()
+		every, off := p.every, p.off
+		if p.backedOff > 0 || p.down != "" {
+			every = p.fast
+		}
+		p.mu.Unlock()
+		if off {
+			return
+		}
+		t.Reset(max(every-time.Since(last), 0))
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.kick:
+			t.Stop()
+			continue // probe now if the last was long enough ago
+		case <-t.C:
+		}
+		last = time.Now()
+		p.observe(ctx, p.ask(ctx))
+	}
+}
+
+// observe takes a probe's outcome.
+func (p *agentProbe) observe(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ns notServed
+	switch {
+	case errors.As(err, &ns):
+		p.off, p.down = true, ""
+		p.log.Info("the Consul agent does not serve /v1/status/leader (a proxy in front of it?): backed-off queries wait out their backoff, "+
+			"and a cut-off agent is noticed by the queries alone", "err", err)
+	case err != nil:
+		if p.down == "" {
+			p.downSince = time.Now()
+			p.log.Warn("the Consul agent cannot serve reads: "+err.Error()+"; the last good data keeps serving", "err", err)
+		}
+		p.down = err.Error()
+	case p.down != "":
+		p.log.Info("the Consul agent knows its leader again: re-reading every query now",
+			"was_down", time.Since(p.downSince).Round(100*time.Millisecond))
+		p.down = ""
+		p.recover()
+		p.recovered, p.recover = context.WithCancel(context.Background())
+	}
+}
+
+// notServed: the agent answered the probe, but not as Consul does.
+type notServed struct{ err error }
+
+func (e notServed) Error() string { return e.err.Error() }
+func (e notServed) Unwrap() error { return e.err }
+
+// askLeader is the probe's question, through client (which must not
+// count it with the watches' requests): the leader of the datacenter the
+// local catalog reads.
+func (s *Source) askLeader(client *api.Client) func(context.Context) error {
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		defer cancel()
+		leader, err := client.Status().LeaderWithQueryOptions((&api.QueryOptions{Datacenter: s.cfg.Datacenter}).WithContext(ctx))
+		var se api.StatusError
+		switch {
+		case errors.As(err, &se) && (se.Code == http.StatusNotFound || se.Code == http.StatusForbidden || se.Code == http.StatusMethodNotAllowed):
+			return notServed{fmt.Errorf("asking %s for its leader: %w", s.addr(), err)}
+		case errors.As(err, new(*json.UnmarshalTypeError)) || errors.As(err, new(*json.SyntaxError)):
+			return notServed{fmt.Errorf("asking %s for its leader: %w", s.addr(), err)}
+		case err != nil:
+			return fmt.Errorf("the agent at %s (%s) does not name its leader (/v1/status/leader): %w", s.addr(), s.addrHint, err)
+		case leader == "":
+			return fmt.Errorf("the agent at %s knows no leader (/v1/status/leader): it is cut off from its servers, or they have none", s.addr())
+		}
+		return nil
+	}
+}

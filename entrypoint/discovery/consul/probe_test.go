@@ -1,0 +1,58 @@
+package consul
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+	"github.com/seamless-lb/seamless/internal/testenv"
+)
+
+// While the agent is away the source's queries back off, up to 10 s each
+// (longer here).
+// When it answers again, the probe wakes them all: the source sees a
+// change within about a second of the agent's return, not when the
+// longest backoff ends. And it knows the agent is away within seconds.
+func TestAgentsReturnWakesBackedOffQueries(t *testing.T) {
+	agent := testenv.Consul(t)
+	c := agent.Client()
+	register(t, c, "n1", "10.0.0.1", &api.AgentService{ID: "web-1", Service: "web", Port: 80})
+	// Every retry waits 10-20 s (jitter takes up to half off): longer
+	// than the longest backoff, so that the agent's restart (a few
+	// seconds) cannot outlast it.
+	r := startSource(t, agent.Addr(), Config{retry: 2 * retryMax}, model.LocalCatalog)
+	r.waitFor("web-1", func(s model.Snapshot) bool { return len(instances(s, "web")) == 1 })
+	r.steady(watching(2)) // web and consul
+
+	agent.Stop()
+	stopped := time.Now()
+	// The four blocking queries (services, nodes, web, consul) broke with
+	// their connections, and back off.
+	testenv.Eventually(t, wait, "every query backed off", func() bool {
+		r.src.probe.mu.Lock()
+		defer r.src.probe.mu.Unlock()
+		return r.src.probe.backedOff >= int(watching(2))
+	})
+	testenv.Eventually(t, 2*probeFast+probeTimeout, "the source stale, saying the agent does not name its leader", func() bool {
+		st := r.src.Status()
+		return st.Stale && strings.Contains(st.StaleReason, "/v1/status/leader")
+	})
+	t.Logf("stale %s after the agent stopped: %s", time.Since(stopped).Round(100*time.Millisecond), r.src.Status().StaleReason)
+
+	agent.Start()
+	back := time.Now()
+	t.Logf("the agent answered again %s after it stopped", back.Sub(stopped).Round(100*time.Millisecond))
+	register(t, c, "n2", "10.0.0.2", &api.AgentService{ID: "web-2", Service: "web", Port: 80})
+	// The probe's second and a request, with room for a busy machine;
+	// far less than what the backoffs have left.
+	const bound = 2500 * time.Millisecond
+	testenv.Eventually(t, bound, "web-2 seen soon after the agent's return", func() bool {
+		s, n := r.last()
+		return n > 0 && len(instances(s, "web")) == 2
+	})
+	t.Logf("web-2 seen %s after the agent answered again", time.Since(back).Round(100*time.Millisecond))
+	testenv.Eventually(t, bound, "the source fresh again", func() bool { st := r.src.Status(); return st.Up && !st.Stale })
+}
