@@ -51,6 +51,7 @@ func (a *Applier) History() []Record {
 func (a *Applier) took(at attempt, how string) {
 	commit(at.rend)
 	a.applied, a.runRend = at.catalog, &at.rend
+	a.setIndexes(at.indexes)
 	a.countDiscovered()
 	a.markApplied()
 	change := at.change
@@ -68,6 +69,16 @@ func (a *Applier) took(at attempt, how string) {
 	default:
 		a.log.Info("applied with a reload", "why", at.why, "change", at.change,
 			"duration", time.Since(at.start).Round(time.Millisecond))
+	}
+}
+
+// setIndexes records the Consul indexes behind what runs, for /status
+// (publish) and seamless_consul_index.
+func (a *Applier) setIndexes(indexes map[string]uint64) {
+	a.indexes = indexes
+	a.opts.Metrics.ConsulIndex.Reset()
+	for dc, i := range indexes {
+		a.opts.Metrics.ConsulIndex.WithLabelValues(dc).Set(float64(i))
 	}
 }
 

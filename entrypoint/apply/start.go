@@ -166,6 +166,7 @@ func (a *Applier) first(ctx context.Context, complete bool) error {
 	}
 	commit(rend)
 	a.applied = st.Local()
+	a.setIndexes(consulIndexes(st, rend.Queries))
 	a.runRend, a.recheck = &rend, rend.Recheck
 	a.publish()
 	a.countDiscovered()

@@ -86,6 +86,11 @@ type Catalog struct {
 	Datacenter string     `json:"datacenter,omitempty"`
 	Nodes      []Node     `json:"nodes,omitempty"`
 	Instances  []Instance `json:"instances,omitempty"`
+	// Index is the Consul (Raft) index of the newest change the catalog
+	// reflects: the highest index among the answers it was assembled
+	// from when they last changed. 0 for sources without one. Not part
+	// of equality: a catalog that only moved its index is the same.
+	Index uint64 `json:"index,omitempty"`
 }
 
 // QueryKind says what a Query asks for.

@@ -43,6 +43,7 @@ type event struct {
 	sub       *sub
 	err       error
 	changed   bool
+	index     uint64 // of the answer
 	services  map[string][]string
 	nodes     []model.Node
 	dcName    string
@@ -87,6 +88,9 @@ type splitCatalog struct {
 	// stale holds why each sub-watch's latest answer was refused as
 	// stale; a sub-watch that answers well again leaves it.
 	stale map[*sub]string
+	// indexes of the parts' latest changed answers, by sub-watch: the
+	// catalog's index is the highest (model.Catalog.Index).
+	indexes map[*sub]uint64
 
 	// restarted is cancelled (and replaced) when a sub-watch saw the index
 	// go backwards: Consul restarted with less data. Every other
@@ -101,7 +105,8 @@ type splitCatalog struct {
 
 func newSplitCatalog(ctx context.Context, s *Source, dc string, budget int) *splitCatalog {
 	c := &splitCatalog{s: s, dc: dc, budget: budget, events: make(chan event, 64),
-		health: map[string]*sub{}, parts: map[string][]model.Instance{}, stale: map[*sub]string{}}
+		health: map[string]*sub{}, parts: map[string][]model.Instance{}, stale: map[*sub]string{},
+		indexes: map[*sub]uint64{}}
 	c.ctx, c.cancel = context.WithCancel(ctx)
 	c.restarted, c.restartCancel = context.WithCancel(c.ctx)
 	c.services = c.start(partServices, "")
@@ -225,6 +230,7 @@ func (c *splitCatalog) staleness() string {
 
 // apply takes a changed answer.
 func (c *splitCatalog) apply(ev event) *overBudget {
+	c.indexes[ev.sub] = ev.index
 	switch ev.sub.kind {
 	case partServices:
 		c.haveServices = true
@@ -244,6 +250,7 @@ func (c *splitCatalog) apply(ev event) *overBudget {
 				sb.cancel()
 				delete(c.health, name)
 				delete(c.stale, sb)
+				delete(c.indexes, sb)
 				if _, had := c.parts[name]; had {
 					delete(c.parts, name)
 					c.dirty = true
@@ -273,6 +280,9 @@ func (c *splitCatalog) assemble() *model.Catalog {
 		dc = c.dcName
 	}
 	cat := &model.Catalog{Datacenter: dc, Nodes: nilIfNone(slices.Clone(c.nodeList))}
+	for _, i := range c.indexes {
+		cat.Index = max(cat.Index, i)
+	}
 	n := 0
 	for _, p := range c.parts {
 		n += len(p)

@@ -66,6 +66,7 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 			epoch = nil
 		}
 		moved := cur.answered(index, log, c.what(sb))
+		ev.index = index
 		if moved || !have {
 			var now any
 			switch sb.kind {

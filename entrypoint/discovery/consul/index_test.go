@@ -1,0 +1,48 @@
+package consul
+
+import (
+	"testing"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+	"github.com/seamless-lb/seamless/internal/testenv"
+)
+
+// A catalog carries the index of the newest change it reflects, watched
+// per service and through the node dump alike.
+func TestCatalogCarriesTheIndexOfItsNewestChange(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		watches int
+	}{
+		{"per service", 0},
+		{"node dump", 1}, // a budget no catalog fits
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			agent := testenv.Consul(t)
+			c := agent.Client()
+			healthIndex := func() uint64 {
+				_, meta, err := c.Health().Service("web", "", false, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return meta.LastIndex
+			}
+			register(t, c, "n1", "10.0.0.1", &api.AgentService{ID: "web-1", Service: "web", Port: 80})
+			first := healthIndex()
+			r := startSource(t, agent.Addr(), Config{Watches: tt.watches}, model.LocalCatalog)
+			s := r.waitFor("web-1", func(s model.Snapshot) bool { return len(instances(s, "web")) == 1 })
+			if got := s.Local().Index; got < first {
+				t.Errorf("the first catalog's index is %d, below web-1's registration at %d", got, first)
+			}
+			register(t, c, "n2", "10.0.0.2", &api.AgentService{ID: "web-2", Service: "web", Port: 80})
+			change := healthIndex()
+			s = r.waitFor("web-2", func(s model.Snapshot) bool { return len(instances(s, "web")) == 2 })
+			if got := s.Local().Index; got < change {
+				t.Errorf("the catalog with web-2 has index %d, below web-2's registration at %d", got, change)
+			}
+			t.Logf("index %d after web-2 (registered at %d; web-1 at %d)", s.Local().Index, change, first)
+		})
+	}
+}
