@@ -23,7 +23,9 @@ const (
 	// return wakes them all within about this long.
 	probeFast = time.Second
 	// probeTimeout bounds one probe; an agent that takes longer to name
-	// its leader is not serving reads either.
+	// its leader is not serving reads either. Once it is down, a probe
+	// is bounded by probeFast instead: one that hangs in an agent cut
+	// off a moment ago must not delay the next, which may see it back.
 	probeTimeout = 3 * time.Second
 )
 
@@ -115,9 +117,12 @@ func (p *agentProbe) run(ctx context.Context) {
 	defer t.Stop()
 	for {
 		p.mu.Lock()
-		every, off := p.every, p.off
+		every, timeout, off := p.every, probeTimeout, p.off
 		if p.backedOff > 0 || p.down != "" {
 			every = p.fast
+		}
+		if p.down != "" {
+			timeout = p.fast
 		}
 		p.mu.Unlock()
 		if off {
@@ -133,7 +138,10 @@ func (p *agentProbe) run(ctx context.Context) {
 		case <-t.C:
 		}
 		last = time.Now()
-		p.observe(ctx, p.ask(ctx))
+		actx, cancel := context.WithTimeout(ctx, timeout)
+		err := p.ask(actx)
+		cancel()
+		p.observe(ctx, err)
 	}
 }
 
@@ -173,11 +181,9 @@ func (e notServed) Unwrap() error { return e.err }
 
 // askLeader is the probe's question, through client (which must not
 // count it with the watches' requests): the leader of the datacenter the
-// local catalog reads.
+// local catalog reads. ctx bounds it.
 func (s *Source) askLeader(client *api.Client) func(context.Context) error {
 	return func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-		defer cancel()
 		leader, err := client.Status().LeaderWithQueryOptions((&api.QueryOptions{Datacenter: s.cfg.Datacenter}).WithContext(ctx))
 		var se api.StatusError
 		switch {

@@ -1,7 +1,10 @@
 package consul
 
 import (
+	"fmt"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,4 +58,50 @@ func TestAgentsReturnWakesBackedOffQueries(t *testing.T) {
 	})
 	t.Logf("web-2 seen %s after the agent answered again", time.Since(back).Round(100*time.Millisecond))
 	testenv.Eventually(t, bound, "the source fresh again", func() bool { st := r.src.Status(); return st.Up && !st.Stale })
+}
+
+// An agent cut off from its servers may hold the probe's request instead
+// of failing it. Once the agent is known to be down, such a probe must not
+// hold up the next: the agent's return is seen within about probeFast,
+// not after the longer timeout of a probe of a healthy agent.
+func TestAProbeThatHangsDoesNotDelayTheAgentsReturn(t *testing.T) {
+	var down atomic.Bool
+	down.Store(true)
+	hung := make(chan struct{}, 1)
+	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/status/leader" {
+			stubCatalog(w, r)
+			return
+		}
+		if down.Load() {
+			select {
+			case hung <- struct{}{}:
+			default:
+			}
+			<-r.Context().Done()
+			return
+		}
+		fmt.Fprint(w, `"10.0.0.1:8300"`)
+	})
+	r := startSource(t, addr, Config{}, model.LocalCatalog)
+	testenv.Eventually(t, 2*probeTimeout, "the probe sees the agent down", func() bool {
+		why, _ := r.src.probe.stale()
+		return why != ""
+	})
+	select {
+	case <-hung: // one from before, maybe
+	default:
+	}
+	select { // a probe hangs now, the agent known down
+	case <-hung:
+	case <-time.After(wait):
+		t.Fatal("no probe reached the agent")
+	}
+	down.Store(false)
+	back := time.Now()
+	testenv.Eventually(t, 2*probeFast, "the probe sees the agent back", func() bool {
+		why, _ := r.src.probe.stale()
+		return why == ""
+	})
+	t.Logf("the agent's return seen after %s", time.Since(back).Round(100*time.Millisecond))
 }
