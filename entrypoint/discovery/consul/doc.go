@@ -90,10 +90,12 @@
 // or the agent names none; probe.go). While it fails the source is stale,
 // within seconds of an agent losing its servers even while a blocking
 // query in flight waits out its minute. When the agent names a leader
-// again, every backed-off query retries at once and every blocking query
-// in flight reads afresh: the source follows within about a second of
-// the agent's return instead of after the longest backoff, and the
-// backoffs keep their length, so an outage costs no more retries.
+// again, every backed-off query retries at once: the source follows
+// within about a second of the agent's return instead of after the
+// longest backoff, and the backoffs keep their length, so an outage costs
+// no more retries. After an agent could not reach its servers at all,
+// every blocking query in flight also reads afresh (its connection or
+// stream may be broken); an election alone leaves them be.
 //
 // # Staleness
 //

@@ -34,11 +34,13 @@ const (
 // can only answer through its servers. While it fails, the source is
 // stale (its answers, if any, cannot be newer than the cut). When it
 // answers with a leader again, every query backed off after a failure
-// is woken, and every blocking query in flight is read afresh (it may
-// hang on a connection the cut broke): the fleet converges within about
-// probeFast of the agent's return, not within the longest backoff. The
-// backoffs themselves stay as they are, so an outage costs each query no
-// more retries.
+// is woken: the fleet converges within about probeFast of the agent's
+// return, not within the longest backoff. The backoffs themselves stay
+// as they are, so an outage costs each query no more retries. If the
+// agent could not reach its servers at all (not merely an election, which
+// Consul's blocking queries and streams survive), every blocking query
+// in flight is also read afresh: it may hang on a connection, or wait on
+// a stream, that the cut broke.
 type agentProbe struct {
 	ask         func(ctx context.Context) error
 	log         *slog.Logger
@@ -52,14 +54,19 @@ type agentProbe struct {
 	downSince time.Time // when down became non-empty
 	off       bool      // the agent does not serve the probe's endpoint: probe no more
 	// recovered ends at the agent's next return (down to up), and is then
-	// replaced.
-	recovered context.Context
-	recover   context.CancelFunc
+	// replaced; reconnected too, but only after an outage in which the
+	// agent could not reach its servers (severed).
+	recovered   context.Context
+	recover     context.CancelFunc
+	reconnected context.Context
+	reconnect   context.CancelFunc
+	severed     bool
 }
 
 func newAgentProbe(ask func(context.Context) error, log *slog.Logger) *agentProbe {
 	p := &agentProbe{ask: ask, log: log, every: probeEvery, fast: probeFast, kick: make(chan struct{}, 1)}
 	p.recovered, p.recover = context.WithCancel(context.Background())
+	p.reconnected, p.reconnect = context.WithCancel(context.Background())
 	return p
 }
 
@@ -69,6 +76,15 @@ func (p *agentProbe) recovery() context.Context {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.recovered
+}
+
+// reconnection returns a context that ends when the agent next comes back
+// from an outage in which it could not reach its servers: a blocking
+// query in flight then reads afresh. Take it before the request.
+func (p *agentProbe) reconnection() context.Context {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.reconnected
 }
 
 // backoff waits d after a failure, or less when the agent comes back
@@ -164,14 +180,28 @@ func (p *agentProbe) observe(ctx context.Context, err error) {
 			p.log.Warn("the Consul agent cannot serve reads: "+err.Error()+"; the last good data keeps serving", "err", err)
 		}
 		p.down = err.Error()
+		if !errors.As(err, new(noLeader)) {
+			p.severed = true
+		}
 	case p.down != "":
-		p.log.Info("the Consul agent knows its leader again: re-reading every query now",
-			"was_down", time.Since(p.downSince).Round(100*time.Millisecond))
+		p.log.Info("the Consul agent knows its leader again: retrying every failed query now",
+			"was_down", time.Since(p.downSince).Round(100*time.Millisecond), "reread_in_flight", p.severed)
 		p.down = ""
 		p.recover()
 		p.recovered, p.recover = context.WithCancel(context.Background())
+		if p.severed {
+			p.severed = false
+			p.reconnect()
+			p.reconnected, p.reconnect = context.WithCancel(context.Background())
+		}
 	}
 }
+
+// noLeader: the agent answered, and knows no leader: an election, or
+// servers without quorum; its connections to them may be fine.
+type noLeader struct{ err error }
+
+func (e noLeader) Error() string { return e.err.Error() }
 
 // notServed: the agent answered the probe, but not as Consul does.
 type notServed struct{ err error }
@@ -194,7 +224,7 @@ func (s *Source) askLeader(client *api.Client) func(context.Context) error {
 		case err != nil:
 			return fmt.Errorf("the agent at %s (%s) does not name its leader (/v1/status/leader): %w", s.addr(), s.addrHint, err)
 		case leader == "":
-			return fmt.Errorf("the agent at %s knows no leader (/v1/status/leader): it is cut off from its servers, or they have none", s.addr())
+			return noLeader{fmt.Errorf("the agent at %s knows no leader (/v1/status/leader): it is cut off from its servers, or they have none", s.addr())}
 		}
 		return nil
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -104,4 +105,67 @@ func TestAProbeThatHangsDoesNotDelayTheAgentsReturn(t *testing.T) {
 		return why == ""
 	})
 	t.Logf("the agent's return seen after %s", time.Since(back).Round(100*time.Millisecond))
+}
+
+// An election (the agent answers, and knows no leader for a moment) leaves
+// the blocking queries in flight alone: Consul's blocking queries and
+// streams survive it, and cutting them all would send every replica's
+// every query to the new leader at once. An agent that could not reach
+// its servers at all may have lost the connections they wait on: its
+// return reads them afresh.
+func TestOnlyAnAgentCutFromItsServersRereadsQueriesInFlight(t *testing.T) {
+	var (
+		mode  atomic.Value // "ok", "no leader", "cut"
+		mu    sync.Mutex
+		fresh int // reads of the service list at index 0
+	)
+	mode.Store("ok")
+	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/status/leader":
+			switch mode.Load() {
+			case "ok":
+				fmt.Fprint(w, `"10.0.0.1:8300"`)
+			case "no leader":
+				fmt.Fprint(w, `""`)
+			default:
+				http.Error(w, "rpc error getting client: failed to get conn: i/o timeout", http.StatusInternalServerError)
+			}
+			return
+		case "/v1/catalog/services":
+			if r.URL.Query().Get("index") == "" {
+				mu.Lock()
+				fresh++
+				mu.Unlock()
+			}
+		}
+		stubCatalog(w, r)
+	})
+	freshReads := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return fresh
+	}
+	r := startSource(t, addr, Config{}, model.LocalCatalog)
+	r.waitFor("the catalog", func(s model.Snapshot) bool { return len(instances(s, "s")) == 1 })
+	r.steady(watching(1))
+	p := r.src.probe
+	outage := func(m string) (woken, reread bool) {
+		t.Helper()
+		recovery, reconnection := p.recovery(), p.reconnection()
+		mode.Store(m)
+		testenv.Eventually(t, 2*probeEvery, m+": the probe sees the agent down", func() bool { why, _ := p.stale(); return why != "" })
+		mode.Store("ok")
+		testenv.Eventually(t, 2*probeFast+probeTimeout, m+": the probe sees the agent back", func() bool { why, _ := p.stale(); return why == "" })
+		return recovery.Err() != nil, reconnection.Err() != nil
+	}
+
+	before := freshReads()
+	if woken, reread := outage("no leader"); !woken || reread {
+		t.Errorf("after an election: backed-off queries woken %v (want true), queries in flight read afresh %v (want false)", woken, reread)
+	}
+	if woken, reread := outage("cut"); !woken || !reread {
+		t.Errorf("after a cut: backed-off queries woken %v, queries in flight read afresh %v; want both", woken, reread)
+	}
+	testenv.Eventually(t, wait, "the service list read afresh after the cut", func() bool { return freshReads() > before })
 }

@@ -26,7 +26,7 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 			cur.failed() // another sub-watch saw Consul restart
 		}
 		epoch = c.restartCtx()
-		recovery := c.s.probe.recovery()
+		recovery, reconnection := c.s.probe.recovery(), c.s.probe.reconnection()
 		rctx, cancel := context.WithCancel(ctx)
 		stop, stopR := func() bool { return false }, func() bool { return false }
 		if cur.wait() > 0 { // a fresh read answers at once anyway
@@ -34,7 +34,7 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 			// A blocking query in flight through a cut may hang on a
 			// broken connection for its whole wait: the agent's return
 			// ends it.
-			stopR = context.AfterFunc(recovery, cancel)
+			stopR = context.AfterFunc(reconnection, cancel)
 		}
 		ev, index, err := c.read(rctx, sb, cur.wait())
 		stop()
@@ -43,7 +43,7 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil && (epoch.Err() != nil || (cur.wait() > 0 && recovery.Err() != nil)) {
+		if err != nil && (epoch.Err() != nil || (cur.wait() > 0 && reconnection.Err() != nil)) {
 			cur.failed()
 			continue // cut short by a restart or the agent's return: read afresh at once
 		}
