@@ -1,6 +1,8 @@
 package consul
 
 import (
+	"fmt"
+	"net/http"
 	"testing"
 
 	"github.com/hashicorp/consul/api"
@@ -44,5 +46,32 @@ func TestCatalogCarriesTheIndexOfItsNewestChange(t *testing.T) {
 			}
 			t.Logf("index %d after web-2 (registered at %d; web-1 at %d)", s.Local().Index, change, first)
 		})
+	}
+}
+
+// A node list that comes back empty (a Consul restarted empty, before its
+// agents join again) does not take the catalog's datacenter away: the
+// catalog's index is reported by datacenter.
+func TestAnEmptyNodeListKeepsTheDatacenter(t *testing.T) {
+	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/catalog/nodes" {
+			stubCatalog(w, r)
+			return
+		}
+		switch r.URL.Query().Get("index") {
+		case "":
+			w.Header().Set("X-Consul-Index", "1")
+			fmt.Fprint(w, `[{"Node": "a", "Datacenter": "dc9"}]`)
+		case "1":
+			w.Header().Set("X-Consul-Index", "2")
+			fmt.Fprint(w, `[]`)
+		default:
+			<-r.Context().Done()
+		}
+	})
+	r := startSource(t, addr, Config{}, model.LocalCatalog)
+	s := r.waitFor("the empty node list", func(s model.Snapshot) bool { return s.Local() != nil && s.Local().Index == 2 })
+	if dc := s.Local().Datacenter; dc != "dc9" {
+		t.Errorf("the catalog after an empty node list is in datacenter %q, want dc9", dc)
 	}
 }

@@ -264,7 +264,10 @@ func (c *splitCatalog) apply(ev event) *overBudget {
 		}
 		c.order = want
 	case partNodes:
-		c.haveNodes, c.nodeList, c.dcName, c.dirty = true, ev.nodes, ev.dcName, true
+		c.haveNodes, c.nodeList, c.dirty = true, ev.nodes, true
+		if ev.dcName != "" { // an empty node list (a Consul restarted empty) names none
+			c.dcName = ev.dcName
+		}
 	case partHealth:
 		c.parts[ev.sub.name], c.dirty = ev.instances, true
 	}
