@@ -82,6 +82,8 @@ type Applier struct {
 	why      string            // why recheck is due, for the log
 	skipped  string            // the last rendering's skips, logged when they change
 	reasons  []string          // sources changed since the last apply
+	// ranFrom is latest as it was when running was rendered.
+	ranFrom map[string]model.Snapshot
 	// startRend is the rendering of the current state during Start, so
 	// that the state that completed the start is not rendered again to be
 	// written; take and fillFromDisk, which change the state, clear it.

@@ -86,10 +86,10 @@ type Catalog struct {
 	Datacenter string     `json:"datacenter,omitempty"`
 	Nodes      []Node     `json:"nodes,omitempty"`
 	Instances  []Instance `json:"instances,omitempty"`
-	// Index is the Consul (Raft) index of the newest change the catalog
-	// reflects: the highest index among the answers it was assembled
-	// from when they last changed. 0 for sources without one. Not part
-	// of equality: a catalog that only moved its index is the same.
+	// Index is the Consul (Raft) index the catalog is current as of: the
+	// highest index among the latest answers it was assembled from. 0 for
+	// sources without one. Not part of equality: a catalog that only
+	// moved its index is the same.
 	Index uint64 `json:"index,omitempty"`
 }
 

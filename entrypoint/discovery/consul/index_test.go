@@ -75,3 +75,27 @@ func TestAnEmptyNodeListKeepsTheDatacenter(t *testing.T) {
 		t.Errorf("the catalog after an empty node list is in datacenter %q, want dc9", dc)
 	}
 }
+
+// An answer that repeats the same data at a newer index (a change the
+// catalog does not show, a fresh read after a cut) makes the catalog as
+// recent as that index.
+func TestTheSameAnswerAtANewerIndexMovesTheCatalogsIndex(t *testing.T) {
+	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/health/service/s" {
+			stubCatalog(w, r)
+			return
+		}
+		switch r.URL.Query().Get("index") {
+		case "":
+			w.Header().Set("X-Consul-Index", "1")
+		case "1":
+			w.Header().Set("X-Consul-Index", "7") // the same instance
+		default:
+			<-r.Context().Done()
+			return
+		}
+		fmt.Fprint(w, healthOf("a"))
+	})
+	r := startSource(t, addr, Config{}, model.LocalCatalog)
+	r.waitFor("the catalog at index 7", func(s model.Snapshot) bool { return s.Local() != nil && s.Local().Index == 7 })
+}

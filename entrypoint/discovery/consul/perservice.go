@@ -88,8 +88,8 @@ type splitCatalog struct {
 	// stale holds why each sub-watch's latest answer was refused as
 	// stale; a sub-watch that answers well again leaves it.
 	stale map[*sub]string
-	// indexes of the parts' latest changed answers, by sub-watch: the
-	// catalog's index is the highest (model.Catalog.Index).
+	// indexes of the parts' latest answers, by sub-watch: the catalog's
+	// index is the highest (model.Catalog.Index).
 	indexes map[*sub]uint64
 
 	// restarted is cancelled (and replaced) when a sub-watch saw the index
@@ -194,6 +194,12 @@ func (c *splitCatalog) fetch(ctx context.Context) (*model.Catalog, error) {
 			}
 			delete(c.stale, ev.sub)
 			answered = true
+			if !ev.changed && ev.index != c.indexes[ev.sub] {
+				// The same answer at another index (a change elsewhere, a
+				// fresh read, a Consul that started over): the catalog
+				// is as recent as that.
+				c.indexes[ev.sub], c.dirty = ev.index, true
+			}
 			if ev.changed {
 				if over := c.apply(ev); over != nil {
 					return nil, over

@@ -19,7 +19,6 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 		have bool
 	)
 	bo := c.s.newBackoff()
-	failed := false
 	var epoch context.Context // the restart context of the last request
 	for {
 		if epoch != nil && epoch.Err() != nil {
@@ -49,7 +48,6 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 		}
 		if err != nil {
 			cur.failed()
-			failed = true
 			if !c.send(ctx, event{sub: sb, err: err}) || !c.s.probe.backoff(ctx, recovery, bo.Next()) {
 				return
 			}
@@ -80,13 +78,11 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 			ev.changed = !have || !reflect.DeepEqual(prev, now)
 			prev, have = now, true
 		}
-		if ev.changed || failed || !moved {
-			// An unchanged answer tells fetch the query is alive.
-			if !c.send(ctx, ev) {
-				return
-			}
+		// Every answer goes to fetch: an unchanged one says the query is
+		// alive, and its index how recent the catalog is.
+		if !c.send(ctx, ev) {
+			return
 		}
-		failed = false
 		if !sleep(ctx, minInterval) {
 			return
 		}
