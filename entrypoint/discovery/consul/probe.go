@@ -49,18 +49,18 @@ type agentProbe struct {
 
 	mu        sync.Mutex
 	backedOff int
-	until     time.Time // the latest end of a backoff begun, for tests
 	down      string    // why the agent cannot serve reads now; "" when it can or while unknown
 	downSince time.Time // when down became non-empty
 	off       bool      // the agent does not serve the probe's endpoint: probe no more
 	// recovered ends at the agent's next return (down to up), and is then
 	// replaced; reconnected too, but only after an outage in which the
-	// agent could not reach its servers (severed).
+	// agent could not reach its servers: severed counts the probes that
+	// failed so (two at least: one slow answer is no cut).
 	recovered   context.Context
 	recover     context.CancelFunc
 	reconnected context.Context
 	reconnect   context.CancelFunc
-	severed     bool
+	severed     int
 }
 
 func newAgentProbe(ask func(context.Context) error, log *slog.Logger) *agentProbe {
@@ -91,11 +91,11 @@ func (p *agentProbe) reconnection() context.Context {
 // (recovery, taken before the failed request, ends); it reports whether
 // ctx is still alive.
 func (p *agentProbe) backoff(ctx, recovery context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil // no wait (the per-service queries wait on their own)
+	}
 	p.mu.Lock()
 	p.backedOff++
-	if end := time.Now().Add(d); end.After(p.until) {
-		p.until = end
-	}
 	p.mu.Unlock()
 	defer func() {
 		p.mu.Lock()
@@ -177,23 +177,23 @@ func (p *agentProbe) observe(ctx context.Context, err error) {
 	case err != nil:
 		if p.down == "" {
 			p.downSince = time.Now()
-			p.log.Warn("the Consul agent cannot serve reads: "+err.Error()+"; the last good data keeps serving", "err", err)
+			p.log.Warn("the Consul agent cannot serve reads; the last good data keeps serving", "err", err)
 		}
 		p.down = err.Error()
 		if !errors.As(err, new(noLeader)) {
-			p.severed = true
+			p.severed++
 		}
 	case p.down != "":
 		p.log.Info("the Consul agent knows its leader again: retrying every failed query now",
-			"was_down", time.Since(p.downSince).Round(100*time.Millisecond), "reread_in_flight", p.severed)
+			"was_down", time.Since(p.downSince).Round(100*time.Millisecond), "reread_in_flight", p.severed >= 2)
 		p.down = ""
 		p.recover()
 		p.recovered, p.recover = context.WithCancel(context.Background())
-		if p.severed {
-			p.severed = false
+		if p.severed >= 2 {
 			p.reconnect()
 			p.reconnected, p.reconnect = context.WithCancel(context.Background())
 		}
+		p.severed = 0
 	}
 }
 

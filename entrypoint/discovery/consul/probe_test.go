@@ -115,7 +115,7 @@ func TestAProbeThatHangsDoesNotDelayTheAgentsReturn(t *testing.T) {
 // return reads them afresh.
 func TestOnlyAnAgentCutFromItsServersRereadsQueriesInFlight(t *testing.T) {
 	var (
-		mode  atomic.Value // "ok", "no leader", "cut"
+		mode  atomic.Value // "ok", "no leader", "cut", "once" (cut, for one probe)
 		mu    sync.Mutex
 		fresh int // reads of the service list at index 0
 	)
@@ -128,6 +128,9 @@ func TestOnlyAnAgentCutFromItsServersRereadsQueriesInFlight(t *testing.T) {
 				fmt.Fprint(w, `"10.0.0.1:8300"`)
 			case "no leader":
 				fmt.Fprint(w, `""`)
+			case "once":
+				mode.Store("ok")
+				http.Error(w, "rpc error getting client: failed to get conn: i/o timeout", http.StatusInternalServerError)
 			default:
 				http.Error(w, "rpc error getting client: failed to get conn: i/o timeout", http.StatusInternalServerError)
 			}
@@ -154,8 +157,14 @@ func TestOnlyAnAgentCutFromItsServersRereadsQueriesInFlight(t *testing.T) {
 		t.Helper()
 		recovery, reconnection := p.recovery(), p.reconnection()
 		mode.Store(m)
-		testenv.Eventually(t, 2*probeEvery, m+": the probe sees the agent down", func() bool { why, _ := p.stale(); return why != "" })
-		mode.Store("ok")
+		testenv.Eventually(t, 2*probeEvery, m+": the probe sees the agent down, twice", func() bool {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return p.down != "" && (m != "cut" || p.severed >= 2)
+		})
+		if m != "once" {
+			mode.Store("ok")
+		}
 		testenv.Eventually(t, 2*probeFast+probeTimeout, m+": the probe sees the agent back", func() bool { why, _ := p.stale(); return why == "" })
 		return recovery.Err() != nil, reconnection.Err() != nil
 	}
@@ -163,6 +172,9 @@ func TestOnlyAnAgentCutFromItsServersRereadsQueriesInFlight(t *testing.T) {
 	before := freshReads()
 	if woken, reread := outage("no leader"); !woken || reread {
 		t.Errorf("after an election: backed-off queries woken %v (want true), queries in flight read afresh %v (want false)", woken, reread)
+	}
+	if woken, reread := outage("once"); !woken || reread {
+		t.Errorf("after one failed probe: backed-off queries woken %v (want true), queries in flight read afresh %v (want false)", woken, reread)
 	}
 	if woken, reread := outage("cut"); !woken || !reread {
 		t.Errorf("after a cut: backed-off queries woken %v, queries in flight read afresh %v; want both", woken, reread)
