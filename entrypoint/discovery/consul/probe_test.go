@@ -181,3 +181,67 @@ func TestOnlyAnAgentCutFromItsServersRereadsQueriesInFlight(t *testing.T) {
 	}
 	testenv.Eventually(t, wait, "the service list read afresh after the cut", func() bool { return freshReads() > before })
 }
+
+// A fresh read (after a failure) sent while the agent is cut off may hang
+// as well as a blocking one; the agent's return ends it too, rather than
+// its deadline (the margin, 15 s).
+func TestTheAgentsReturnEndsAFreshReadThatHangs(t *testing.T) {
+	var (
+		cut     atomic.Bool
+		cutCh   = make(chan struct{})
+		hanging = make(chan struct{}, 1)
+		freshOK atomic.Int32
+	)
+	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/status/leader":
+			if cut.Load() {
+				http.Error(w, "rpc error getting client: failed to get conn: i/o timeout", http.StatusInternalServerError)
+				return
+			}
+			fmt.Fprint(w, `"10.0.0.1:8300"`)
+			return
+		case "/v1/catalog/services":
+			switch {
+			case r.URL.Query().Get("index") != "": // blocking: until the cut
+				select {
+				case <-cutCh:
+					http.Error(w, "rpc error: i/o timeout", http.StatusInternalServerError)
+				case <-r.Context().Done():
+				}
+				return
+			case cut.Load(): // a fresh read through the cut hangs
+				select {
+				case hanging <- struct{}{}:
+				default:
+				}
+				<-r.Context().Done()
+				return
+			}
+			freshOK.Add(1)
+		}
+		stubCatalog(w, r)
+	})
+	r := startSource(t, addr, Config{}, model.LocalCatalog)
+	r.waitFor("the catalog", func(s model.Snapshot) bool { return len(instances(s, "s")) == 1 })
+	before := freshOK.Load()
+	cut.Store(true)
+	close(cutCh)
+	select {
+	case <-hanging:
+	case <-time.After(wait):
+		t.Fatal("no fresh read of the service list during the cut")
+	}
+	testenv.Eventually(t, 2*probeEvery, "the probe sees the agent cut off, twice", func() bool {
+		p := r.src.probe
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.severed >= 2
+	})
+	cut.Store(false)
+	back := time.Now()
+	testenv.Eventually(t, 2*probeFast+time.Second, "the service list read again soon after the agent's return", func() bool {
+		return freshOK.Load() > before
+	})
+	t.Logf("read again %s after the agent's return", time.Since(back).Round(100*time.Millisecond))
+}

@@ -27,14 +27,14 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 		epoch = c.restartCtx()
 		recovery, reconnection := c.s.probe.recovery(), c.s.probe.reconnection()
 		rctx, cancel := context.WithCancel(ctx)
-		stop, stopR := func() bool { return false }, func() bool { return false }
+		stop := func() bool { return false }
 		if cur.wait() > 0 { // a fresh read answers at once anyway
 			stop = context.AfterFunc(epoch, cancel)
-			// A blocking query in flight through a cut may hang on a
-			// broken connection for its whole wait: the agent's return
-			// ends it.
-			stopR = context.AfterFunc(reconnection, cancel)
 		}
+		// A request in flight through a cut, blocking or not, may hang
+		// on a broken connection until its deadline: the agent's return
+		// ends it.
+		stopR := context.AfterFunc(reconnection, cancel)
 		ev, index, err := c.read(rctx, sb, cur.wait())
 		stop()
 		stopR()
@@ -42,7 +42,7 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil && (epoch.Err() != nil || (cur.wait() > 0 && reconnection.Err() != nil)) {
+		if err != nil && (epoch.Err() != nil || reconnection.Err() != nil) {
 			cur.failed()
 			continue // cut short by a restart or the agent's return: read afresh at once
 		}
