@@ -30,7 +30,7 @@ import (
 
 // convergeBound bounds the wait for the replicas to agree once the catalog
 // has settled; the time they took is logged, and the README states it.
-// Measured in 7 runs: 1.9-2.1 s after the cut-off agent's return (the
+// Measured in 10 runs: 1.9-2.2 s after the cut-off agent's return (the
 // agent probe's second, then the removed instance's 2 s drain; 3.2 s
 // before a probe of an agent known cut off was bounded by 1 s), up to
 // 6.6 s after the leader's death (the agents catching up, probably their

@@ -93,9 +93,10 @@
 // again, every backed-off query retries at once: the source follows
 // within about a second of the agent's return instead of after the
 // longest backoff, and the backoffs keep their length, so an outage costs
-// no more retries. After an agent could not reach its servers at all,
-// every blocking query in flight also reads afresh (its connection or
-// stream may be broken); an election alone leaves them be.
+// no more retries. After an agent could not reach its servers at all
+// (two failed probes at least), every read in flight also starts afresh
+// (its connection or stream may be broken); an election alone leaves
+// them be.
 //
 // # Staleness
 //
