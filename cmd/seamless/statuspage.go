@@ -84,7 +84,7 @@ func (p *statusPage) report(ctx context.Context) status.Report {
 		r.Sources = sources(p.applier.Statuses())
 		r.Applies = applies(p.applier.History())
 		run = p.applier.Running()
-		r.Skipped = run.Skipped
+		r.Skipped, r.ConsulIndex = run.Skipped, run.ConsulIndex
 		for _, rt := range run.Routes {
 			r.Routes = append(r.Routes, status.Route{Match: rt.Match, Service: rt.Service, Backend: rt.Backend})
 		}

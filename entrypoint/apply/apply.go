@@ -72,15 +72,18 @@ type Applier struct {
 	fresh    map[string]bool // answered since start (not from disk)
 	unsaved  map[string]bool // sources whose latest snapshot is not on disk
 	wanted   []model.Query
-	running  []byte           // the bytes of Path, which HAProxy runs
-	runRend  *model.Rendering // the rendering behind running, when known
-	recheck  time.Time        // when the state must be rendered again
-	applied  model.Catalog    // the local catalog behind running
-	refused  [32]byte         // hash of the last candidate HAProxy or -c refused
-	backoff  time.Duration    // before the next try after a write error; 0 after a success
-	why      string           // why recheck is due, for the log
-	skipped  string           // the last rendering's skips, logged when they change
-	reasons  []string         // sources changed since the last apply
+	running  []byte            // the bytes of Path, which HAProxy runs
+	runRend  *model.Rendering  // the rendering behind running, when known
+	recheck  time.Time         // when the state must be rendered again
+	applied  model.Catalog     // the local catalog behind running
+	indexes  map[string]uint64 // the Consul indexes behind running, by datacenter
+	refused  [32]byte          // hash of the last candidate HAProxy or -c refused
+	backoff  time.Duration     // before the next try after a write error; 0 after a success
+	why      string            // why recheck is due, for the log
+	skipped  string            // the last rendering's skips, logged when they change
+	reasons  []string          // sources changed since the last apply
+	// ranFrom is latest as it was when running was rendered.
+	ranFrom map[string]model.Snapshot
 	// startRend is the rendering of the current state during Start, so
 	// that the state that completed the start is not rendered again to be
 	// written; take and fillFromDisk, which change the state, clear it.
@@ -216,7 +219,7 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 		return
 	}
 	a.recheck, a.why = rend.Recheck, ""
-	at.rend, at.catalog = rend, st.Local()
+	at.rend, at.catalog, at.indexes = rend, st.Local(), consulIndexes(st, rend.Queries)
 	at.change = a.brief(at.why, describe(Change(a.applied, at.catalog), a.runRend, rend))
 	switch a.plan(&at) {
 	case unchanged:

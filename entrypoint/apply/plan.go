@@ -14,9 +14,10 @@ type attempt struct {
 	why     string // which sources or signal
 	force   bool   // reload even when unchanged (SIGHUP)
 	rend    model.Rendering
-	catalog model.Catalog // the local catalog behind rend
-	change  string        // what changed, per service, for the log and /status
-	sum     [32]byte      // of rend.Config, once planned past unchanged
+	catalog model.Catalog     // the local catalog behind rend
+	indexes map[string]uint64 // by datacenter, the Consul index of each catalog behind rend
+	change  string            // what changed, per service, for the log and /status
+	sum     [32]byte          // of rend.Config, once planned past unchanged
 }
 
 // step is how a rendering comes to run.

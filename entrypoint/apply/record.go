@@ -2,6 +2,7 @@ package apply
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -50,7 +51,8 @@ func (a *Applier) History() []Record {
 // follow, and the applier is ready once every source has answered.
 func (a *Applier) took(at attempt, how string) {
 	commit(at.rend)
-	a.applied, a.runRend = at.catalog, &at.rend
+	a.applied, a.runRend, a.ranFrom = at.catalog, &at.rend, maps.Clone(a.latest)
+	a.setIndexes(at.indexes)
 	a.countDiscovered()
 	a.markApplied()
 	change := at.change
@@ -69,6 +71,34 @@ func (a *Applier) took(at attempt, how string) {
 		a.log.Info("applied with a reload", "why", at.why, "change", at.change,
 			"duration", time.Since(at.start).Round(time.Millisecond))
 	}
+}
+
+// setIndexes records the Consul indexes behind what runs, for /status
+// (publish) and seamless_consul_index.
+func (a *Applier) setIndexes(indexes map[string]uint64) {
+	a.indexes = indexes
+	a.opts.Metrics.ConsulIndex.Reset()
+	for dc, i := range indexes {
+		a.opts.Metrics.ConsulIndex.WithLabelValues(dc).Set(float64(i))
+	}
+}
+
+// refreshIndexes takes the Consul indexes of the latest snapshots when
+// they answer what the running configuration was rendered from: its data
+// is then as recent as those indexes (a replica back from a cut, or one
+// that read afresh, says so even when nothing changed for it).
+func (a *Applier) refreshIndexes() {
+	if a.runRend == nil || len(a.ranFrom) != len(a.latest) {
+		return
+	}
+	for name, s := range a.latest {
+		if ran, ok := a.ranFrom[name]; !ok || !model.EqualResults(ran.Results, s.Results) {
+			return // a change waits to be applied, or was refused
+		}
+	}
+	a.ranFrom = maps.Clone(a.latest)
+	a.setIndexes(consulIndexes(a.state(), a.runRend.Queries))
+	a.publish()
 }
 
 // commit tells the renderer that HAProxy runs rend: only now does what

@@ -45,6 +45,10 @@ func (a *Applier) take(s model.Snapshot) bool {
 		s.Results = results
 	}
 	if had && !first && model.EqualResults(old.Results, s.Results) {
+		// Nothing to apply, but its Consul indexes may be newer.
+		a.latest[s.Source] = s
+		a.unsaved[s.Source] = true
+		a.refreshIndexes()
 		return false
 	}
 	a.latest[s.Source], a.startRend = s, nil

@@ -165,7 +165,8 @@ func (a *Applier) first(ctx context.Context, complete bool) error {
 		return err
 	}
 	commit(rend)
-	a.applied = st.Local()
+	a.applied, a.ranFrom = st.Local(), maps.Clone(a.latest)
+	a.setIndexes(consulIndexes(st, rend.Queries))
 	a.runRend, a.recheck = &rend, rend.Recheck
 	a.publish()
 	a.countDiscovered()

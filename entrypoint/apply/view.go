@@ -1,6 +1,8 @@
 package apply
 
 import (
+	"cmp"
+	"maps"
 	"slices"
 
 	"github.com/seamless-lb/seamless/entrypoint/model"
@@ -15,6 +17,9 @@ type Running struct {
 	Health  []string
 	Skipped []string
 	Routes  []model.Route
+	// ConsulIndex is, by datacenter, the Consul index of the catalog the
+	// rendering was made from (model.Catalog.Index); empty without Consul.
+	ConsulIndex map[string]uint64
 }
 
 // Running returns the view of the running rendering (empty before the
@@ -32,7 +37,7 @@ func (a *Applier) publish() {
 		return
 	}
 	v := Running{Slots: slices.Clone(a.runRend.Servers), Skipped: slices.Clone(a.runRend.Skipped),
-		Routes: slices.Clone(a.runRend.Routes)}
+		Routes: slices.Clone(a.runRend.Routes), ConsulIndex: maps.Clone(a.indexes)}
 	type where struct {
 		id, address string
 		port        int
@@ -50,4 +55,29 @@ func (a *Applier) publish() {
 	a.mu.Lock()
 	a.view = v
 	a.mu.Unlock()
+}
+
+// consulIndexes is, by datacenter, the index of each catalog among qs in
+// st (the queries a rendering was made from); catalogs without an index
+// (not Consul's) or a datacenter (empty, never answered) are left out.
+func consulIndexes(st model.State, qs []model.Query) map[string]uint64 {
+	var out map[string]uint64
+	for _, q := range qs {
+		if q.Kind != model.QueryCatalog {
+			continue
+		}
+		r, ok := st.Result(q)
+		if !ok || r.Catalog == nil || r.Catalog.Index == 0 {
+			continue
+		}
+		dc := cmp.Or(r.Catalog.Datacenter, q.Datacenter)
+		if dc == "" {
+			continue
+		}
+		if out == nil {
+			out = map[string]uint64{}
+		}
+		out[dc] = max(out[dc], r.Catalog.Index)
+	}
+	return out
 }

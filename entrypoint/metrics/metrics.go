@@ -37,6 +37,7 @@ type Metrics struct {
 	Applies         *prometheus.CounterVec
 	LastApply       prometheus.Gauge
 	Discovered      *prometheus.GaugeVec
+	ConsulIndex     *prometheus.GaugeVec
 	SourceSnapshots *prometheus.CounterVec
 	RuntimeUpdates  *prometheus.CounterVec
 }
@@ -107,6 +108,10 @@ func New() *Metrics {
 			Name: "seamless_discovered",
 			Help: "Services and instances (any health) in the merged local catalog at the last render, by kind.",
 		}, []string{"kind"}),
+		ConsulIndex: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "seamless_consul_index",
+			Help: "The Consul index of the catalog the running configuration was rendered from, by datacenter: the newest change it reflects. Replicas of a fleet that run the same catalog show the same or close values; one that lags behind lags here.",
+		}, []string{"datacenter"}),
 		RuntimeUpdates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seamless_runtime_updates_total",
 			Help: "Membership changes applied over HAProxy's runtime API without a reload, by result; a failure falls back to a reload.",
@@ -126,7 +131,7 @@ func New() *Metrics {
 	m.Registry.MustRegister(
 		m.Reloads, m.ReloadDuration, m.ReloadRequests, m.ReloadsCoalesced, m.ConfigErrors, m.ConfigWriteErrors,
 		m.SocketTransferFailures, m.Workers, m.LastReloadSuccess, m.HAProxyUp,
-		m.Applies, m.LastApply, m.Discovered, m.SourceSnapshots, m.RuntimeUpdates,
+		m.Applies, m.LastApply, m.Discovered, m.ConsulIndex, m.SourceSnapshots, m.RuntimeUpdates,
 		collectors.NewGoCollector(),
 		withoutNamespaceTotals{collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})},
 	)

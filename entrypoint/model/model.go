@@ -86,6 +86,11 @@ type Catalog struct {
 	Datacenter string     `json:"datacenter,omitempty"`
 	Nodes      []Node     `json:"nodes,omitempty"`
 	Instances  []Instance `json:"instances,omitempty"`
+	// Index is the Consul (Raft) index the catalog is current as of: the
+	// highest index among the latest answers it was assembled from. 0 for
+	// sources without one. Not part of equality: a catalog that only
+	// moved its index is the same.
+	Index uint64 `json:"index,omitempty"`
 }
 
 // QueryKind says what a Query asks for.

@@ -81,6 +81,7 @@ func Merge(snaps map[string]Snapshot, order []string) State {
 			if local.Datacenter == "" {
 				local.Datacenter = r.Catalog.Datacenter
 			}
+			local.Index = max(local.Index, r.Catalog.Index) // Consul's alone sets one
 			for _, node := range r.Catalog.Nodes {
 				if !seenNode[node.Name] {
 					seenNode[node.Name] = true

@@ -46,8 +46,13 @@ type Report struct {
 	ConfigFiles []ConfigFile `json:"config_files"`
 	// Config fingerprints what HAProxy runs, for comparing replicas of a
 	// fleet (also seamless_config_info); empty while unknown.
-	Config  Fingerprint `json:"config"`
-	HAProxy HAProxy     `json:"haproxy"`
+	Config Fingerprint `json:"config"`
+	// ConsulIndex is, by datacenter, the Consul index of the catalog the
+	// running configuration was rendered from: the newest change it
+	// reflects. Replicas of a fleet on the same catalog show the same or
+	// close values; one whose agent is cut off lags. Empty without Consul.
+	ConsulIndex map[string]uint64 `json:"consul_index,omitempty"`
+	HAProxy     HAProxy           `json:"haproxy"`
 	// Routes are where the built-in template sends traffic, in the order
 	// HAProxy tries them: each to a service's backend, whose servers are
 	// in Backends. Empty for user templates and in drop-in mode.

@@ -69,6 +69,7 @@ func fixture() Report {
 			SHA256:        "e3a41c9f0d2b7a6c5e4f3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a",
 			MembersSHA256: "9b1f2e3d4c5b6a7f8e9d0c1b2a3f4e5d6c7b8a9f0e1d2c3b4a5f6e7d8c9b0a1f",
 		},
+		ConsulIndex: map[string]uint64{"dc1": 48213, "dc2": 977},
 		Routes: []Route{
 			{Match: "host web.example.com path /api", Service: "api", Backend: "http-api"},
 			{Match: "host web.example.com path /", Service: "web", Backend: "http-web"},
@@ -215,6 +216,7 @@ func hostile() Report {
 	r.ConfigFiles[0].Path = "/tmp/" + x
 	r.ConfigFiles[0].SHA256 = `" onclick="alert(1)`
 	r.HAProxy.Version = x
+	r.ConsulIndex = map[string]uint64{"dc" + x: 1} // a datacenter's name is Consul's
 	r.HAProxy.Error = "master CLI: " + x
 	r.Backends[0].Servers[0].Name = x
 	r.Backends[0].Servers[1].State = `DRAIN" onclick="alert(1)`
@@ -275,6 +277,7 @@ func TestPageShowsTheReport(t *testing.T) {
 		`function &#34;servce&#34; not defined`,
 		">412<", ">388<", "old worker",
 		"/var/lib/seamless/haproxy.cfg", "5f1c0f4bd1e5…", "18.3 KiB",
+		"Consul catalog at index <code>48213</code> (dc1) <code>977</code> (dc2)",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the page lacks %q", want)

@@ -493,6 +493,20 @@ func (r *replica) fingerprint() (sha, members string) {
 	return m[2], m[1]
 }
 
+// consulIndex is the Consul index the replica's configuration was
+// rendered from (/status consul_index), for the log; 0 when unknown.
+func (r *replica) consulIndex() uint64 {
+	var st status.Report
+	if getJSON("http://"+r.status+"/status", &st) != nil {
+		return 0
+	}
+	var top uint64
+	for _, i := range st.ConsulIndex { // one datacenter here
+		top = max(top, i)
+	}
+	return top
+}
+
 // serving is what the replica's HAProxy has UP, per service, from /status.
 func (r *replica) serving() map[string][]string {
 	var st status.Report

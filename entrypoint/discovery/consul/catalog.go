@@ -193,7 +193,9 @@ func (f *catalogFetcher) fetchDump(ctx context.Context) (model.Result, error) {
 		f.s.log.Warn("the token may not read all of the catalog; Consul left out what it may not read",
 			"datacenter", f.dcName)
 	}
-	f.last = model.Result{Catalog: convertDump(dump, f.dcName, f.s.cfg.TagFilter)}
+	cat := convertDump(dump, f.dcName, f.s.cfg.TagFilter)
+	cat.Index = meta.LastIndex
+	f.last = model.Result{Catalog: cat}
 	f.have = true
 	return f.last, nil
 }

@@ -69,6 +69,9 @@ type Config struct {
 	// probe is how often the preferred agent is probed while another
 	// serves; 0 means DefaultProbe. Tests shorten it.
 	probe time.Duration
+	// retry, when set, is every retry's backoff (with jitter: half to
+	// all of it) instead of retryMin growing to retryMax. Tests set it.
+	retry time.Duration
 	// API is the base of the client's configuration; nil means
 	// api.DefaultConfig(), which reads Consul's environment variables.
 	// It is copied, not changed.
@@ -84,6 +87,9 @@ type Source struct {
 	addr0  string // scheme://host:port of the one agent, for messages
 	// agents moves requests between several agents; nil with one.
 	agents *failoverTransport
+	// probe asks the agent for its leader, and wakes backed-off queries
+	// when it is back.
+	probe *agentProbe
 	// addrHint says where addr came from, for messages.
 	addrHint string
 
@@ -239,6 +245,15 @@ func New(cfg Config, log *slog.Logger) (*Source, error) {
 		s.agents = &failoverTransport{next: next, scheme: ac.Scheme, hosts: hosts, probe: cfg.probe, log: log}
 		next = s.agents
 	}
+	// The probe's requests are not the watches': not counted with them,
+	// nor refused as stale (a leader is all it asks for).
+	pc := ac
+	pc.HttpClient = &http.Client{Transport: next}
+	probeClient, err := api.NewClient(&pc)
+	if err != nil {
+		return nil, fmt.Errorf("consul: client for %s: %w", ac.Address, err)
+	}
+	s.probe = newAgentProbe(s.askLeader(probeClient), log)
 	next = &freshnessTransport{next: next, bound: cfg.MaxStale}
 	ac.HttpClient.Transport = &countingTransport{next: next, started: &s.started, finished: &s.finished, received: &s.received}
 	return s, nil
@@ -330,6 +345,7 @@ func (s *Source) Run(ctx context.Context, out chan<- model.Snapshot) {
 	if s.agents != nil {
 		s.wg.Go(func() { s.agents.run(ctx) })
 	}
+	s.wg.Go(func() { s.probe.run(ctx) })
 	s.mu.Unlock()
 	defer s.stop()
 	s.signal()

@@ -85,6 +85,19 @@
 // request after a failure reads at once rather than block on an index that
 // a Consul restarted with less data would not reach for a long time.
 //
+// One probe per source asks the agent for its leader (/v1/status/leader,
+// one small request every 5 s, every second while a query is backed off
+// or the agent names none; probe.go). While it fails the source is stale,
+// within seconds of an agent losing its servers even while a blocking
+// query in flight waits out its minute. When the agent names a leader
+// again, every backed-off query retries at once: the source follows
+// within about a second of the agent's return instead of after the
+// longest backoff, and the backoffs keep their length, so an outage costs
+// no more retries. After an agent could not reach its servers at all
+// (two failed probes at least), every read in flight also starts afresh
+// (its connection or stream may be broken); an election alone leaves
+// them be.
+//
 // # Staleness
 //
 // A blocking query waits at most Config.WaitTime (1 minute), plus Consul's

@@ -175,7 +175,9 @@ func (p *publicCatalog) list(ctx context.Context) (model.Result, error) {
 	if dc == "" {
 		dc = p.dcName
 	}
-	return model.Result{Catalog: convertDump(dump, dc, p.s.cfg.TagFilter)}, nil
+	cat := convertDump(dump, dc, p.s.cfg.TagFilter)
+	cat.Index = max(idx[0], idx[1], idx[2])
+	return model.Result{Catalog: cat}, nil
 }
 
 func fromAgentService(s *api.AgentService) *nodeService {

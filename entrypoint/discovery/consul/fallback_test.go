@@ -41,8 +41,12 @@ func TestFallbackWithoutTheNodeDump(t *testing.T) {
 	public := startSource(t, proxy.URL, Config{Watches: 3}, model.LocalCatalog)
 	want := direct.waitFor("the fixture, directly", fixtureComplete)
 	got := public.waitFor("the fixture, through public endpoints", fixtureComplete)
-	if !reflect.DeepEqual(got.Local(), want.Local()) {
-		t.Errorf("public endpoints:\n%+v\nnode dump:\n%+v", got.Local(), want.Local())
+	// The same content; each way of reading has its own notion of the
+	// newest index (model.Catalog.Index).
+	g, w := *got.Local(), *want.Local()
+	g.Index, w.Index = 0, 0
+	if !reflect.DeepEqual(g, w) {
+		t.Errorf("public endpoints:\n%+v\nnode dump:\n%+v", g, w)
 	}
 
 	public.steady(3)

@@ -43,6 +43,7 @@ type event struct {
 	sub       *sub
 	err       error
 	changed   bool
+	index     uint64 // of the answer
 	services  map[string][]string
 	nodes     []model.Node
 	dcName    string
@@ -87,6 +88,9 @@ type splitCatalog struct {
 	// stale holds why each sub-watch's latest answer was refused as
 	// stale; a sub-watch that answers well again leaves it.
 	stale map[*sub]string
+	// indexes of the parts' latest answers, by sub-watch: the catalog's
+	// index is the highest (model.Catalog.Index).
+	indexes map[*sub]uint64
 
 	// restarted is cancelled (and replaced) when a sub-watch saw the index
 	// go backwards: Consul restarted with less data. Every other
@@ -101,7 +105,8 @@ type splitCatalog struct {
 
 func newSplitCatalog(ctx context.Context, s *Source, dc string, budget int) *splitCatalog {
 	c := &splitCatalog{s: s, dc: dc, budget: budget, events: make(chan event, 64),
-		health: map[string]*sub{}, parts: map[string][]model.Instance{}, stale: map[*sub]string{}}
+		health: map[string]*sub{}, parts: map[string][]model.Instance{}, stale: map[*sub]string{},
+		indexes: map[*sub]uint64{}}
 	c.ctx, c.cancel = context.WithCancel(ctx)
 	c.restarted, c.restartCancel = context.WithCancel(c.ctx)
 	c.services = c.start(partServices, "")
@@ -189,6 +194,12 @@ func (c *splitCatalog) fetch(ctx context.Context) (*model.Catalog, error) {
 			}
 			delete(c.stale, ev.sub)
 			answered = true
+			if !ev.changed && ev.index != c.indexes[ev.sub] {
+				// The same answer at another index (a change elsewhere, a
+				// fresh read, a Consul that started over): the catalog
+				// is as recent as that.
+				c.indexes[ev.sub], c.dirty = ev.index, true
+			}
 			if ev.changed {
 				if over := c.apply(ev); over != nil {
 					return nil, over
@@ -225,6 +236,7 @@ func (c *splitCatalog) staleness() string {
 
 // apply takes a changed answer.
 func (c *splitCatalog) apply(ev event) *overBudget {
+	c.indexes[ev.sub] = ev.index
 	switch ev.sub.kind {
 	case partServices:
 		c.haveServices = true
@@ -244,6 +256,7 @@ func (c *splitCatalog) apply(ev event) *overBudget {
 				sb.cancel()
 				delete(c.health, name)
 				delete(c.stale, sb)
+				delete(c.indexes, sb)
 				if _, had := c.parts[name]; had {
 					delete(c.parts, name)
 					c.dirty = true
@@ -257,7 +270,10 @@ func (c *splitCatalog) apply(ev event) *overBudget {
 		}
 		c.order = want
 	case partNodes:
-		c.haveNodes, c.nodeList, c.dcName, c.dirty = true, ev.nodes, ev.dcName, true
+		c.haveNodes, c.nodeList, c.dirty = true, ev.nodes, true
+		if ev.dcName != "" { // an empty node list (a Consul restarted empty) names none
+			c.dcName = ev.dcName
+		}
 	case partHealth:
 		c.parts[ev.sub.name], c.dirty = ev.instances, true
 	}
@@ -273,6 +289,9 @@ func (c *splitCatalog) assemble() *model.Catalog {
 		dc = c.dcName
 	}
 	cat := &model.Catalog{Datacenter: dc, Nodes: nilIfNone(slices.Clone(c.nodeList))}
+	for _, i := range c.indexes {
+		cat.Index = max(cat.Index, i)
+	}
 	n := 0
 	for _, p := range c.parts {
 		n += len(p)

@@ -29,6 +29,11 @@ func (s *Source) Status() model.SourceStatus {
 			overdue = append(overdue, r)
 		}
 	}
+	if why, since := s.probe.stale(); why != "" {
+		// First: it explains the rest, and it is known within seconds
+		// while a blocking query in flight may not fail for a minute.
+		overdue = append([]string{fmt.Sprintf("%s (for %s)", why, now.Sub(since).Round(time.Second))}, overdue...)
+	}
 	st.Stale, st.StaleReason = len(overdue) > 0, strings.Join(overdue, "; ")
 	st.Up = s.runCtx != nil && !st.LastSuccess.IsZero() && len(s.failing) == 0 && !st.Stale
 	return st

@@ -18,33 +18,37 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 		prev any
 		have bool
 	)
-	bo := newBackoff()
-	failed := false
+	bo := c.s.newBackoff()
 	var epoch context.Context // the restart context of the last request
 	for {
 		if epoch != nil && epoch.Err() != nil {
 			cur.failed() // another sub-watch saw Consul restart
 		}
 		epoch = c.restartCtx()
+		recovery, reconnection := c.s.probe.recovery(), c.s.probe.reconnection()
 		rctx, cancel := context.WithCancel(ctx)
 		stop := func() bool { return false }
 		if cur.wait() > 0 { // a fresh read answers at once anyway
 			stop = context.AfterFunc(epoch, cancel)
 		}
+		// A request in flight through a cut, blocking or not, may hang
+		// on a broken connection until its deadline: the agent's return
+		// ends it.
+		stopR := context.AfterFunc(reconnection, cancel)
 		ev, index, err := c.read(rctx, sb, cur.wait())
 		stop()
+		stopR()
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil && epoch.Err() != nil {
+		if err != nil && (epoch.Err() != nil || reconnection.Err() != nil) {
 			cur.failed()
-			continue // cut short by a restart: read afresh at once
+			continue // cut short by a restart or the agent's return: read afresh at once
 		}
 		if err != nil {
 			cur.failed()
-			failed = true
-			if !c.send(ctx, event{sub: sb, err: err}) || !sleep(ctx, bo.Next()) {
+			if !c.send(ctx, event{sub: sb, err: err}) || !c.s.probe.backoff(ctx, recovery, bo.Next()) {
 				return
 			}
 			continue
@@ -60,6 +64,7 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 			epoch = nil
 		}
 		moved := cur.answered(index, log, c.what(sb))
+		ev.index = index
 		if moved || !have {
 			var now any
 			switch sb.kind {
@@ -73,13 +78,11 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 			ev.changed = !have || !reflect.DeepEqual(prev, now)
 			prev, have = now, true
 		}
-		if ev.changed || failed || !moved {
-			// An unchanged answer tells fetch the query is alive.
-			if !c.send(ctx, ev) {
-				return
-			}
+		// Every answer goes to fetch: an unchanged one says the query is
+		// alive, and its index how recent the catalog is.
+		if !c.send(ctx, ev) {
+			return
 		}
-		failed = false
 		if !sleep(ctx, minInterval) {
 			return
 		}

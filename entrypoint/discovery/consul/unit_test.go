@@ -395,6 +395,8 @@ func TestARestartSeenByOneQueryRestartsTheOthers(t *testing.T) {
 	testenv.Eventually(t, promptly, "the service list read afresh", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return slices.Equal(services, []string{"", "100", ""})
+		// Then it waits on the index again: look at the first three only,
+		// which a busy machine may not catch alone.
+		return len(services) >= 3 && slices.Equal(services[:3], []string{"", "100", ""})
 	})
 }

@@ -60,8 +60,9 @@ func (s *Source) runWatch(ctx context.Context, w *watch) {
 	if c, ok := w.f.(interface{ close() }); ok {
 		defer c.close() // its own goroutines end with the watch
 	}
-	bo := newBackoff()
+	bo := s.newBackoff()
 	for {
+		recovery := s.probe.recovery()
 		r, err := w.f.fetch(ctx)
 		if ctx.Err() != nil {
 			return
@@ -72,7 +73,7 @@ func (s *Source) runWatch(ctx context.Context, w *watch) {
 				d = 0 // its queries back off on their own; twice would add up
 			}
 			s.failed(w, err, d, staleness(w.f, err))
-			if !sleep(ctx, d) {
+			if !s.probe.backoff(ctx, recovery, d) {
 				return
 			}
 			continue
@@ -98,7 +99,19 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-func newBackoff() *backoff.Backoff { return backoff.New(250*time.Millisecond, 10*time.Second) }
+// Failed requests are retried after a backoff from retryMin up to
+// retryMax, per query.
+const (
+	retryMin = 250 * time.Millisecond
+	retryMax = 10 * time.Second
+)
+
+func (s *Source) newBackoff() *backoff.Backoff {
+	if s.cfg.retry > 0 {
+		return backoff.New(s.cfg.retry, s.cfg.retry)
+	}
+	return backoff.New(retryMin, retryMax)
+}
 
 // queryOptions are the options of every read: the datacenter, stale reads,
 // and for a blocking query (index > 0) the index and wait. The context

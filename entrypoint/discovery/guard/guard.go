@@ -285,7 +285,7 @@ func (g *Guard) compose(s model.Snapshot) model.Snapshot {
 	out := model.Snapshot{Source: s.Source, Results: maps.Clone(s.Results), Reset: s.Reset}
 	for q, hs := range byQuery {
 		r := out.Results[q]
-		c := &model.Catalog{Datacenter: r.Catalog.Datacenter, Nodes: slices.Clone(r.Catalog.Nodes),
+		c := &model.Catalog{Datacenter: r.Catalog.Datacenter, Index: r.Catalog.Index, Nodes: slices.Clone(r.Catalog.Nodes),
 			Instances: slices.Clone(r.Catalog.Instances)}
 		for _, h := range hs {
 			c.Instances = append(c.Instances, h.in)

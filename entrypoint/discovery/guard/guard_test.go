@@ -324,3 +324,26 @@ func TestARemovalJustAfterTheSourceStartedOverIsHeld(t *testing.T) {
 		r.want("a hold period after the reset, 4 of 9 apply at once", "a1", "a2", "a3", "a4", "a5")
 	})
 }
+
+// A catalog with held instances added is still the source's: it keeps
+// its Consul index (/status's consul_index).
+func TestAHeldCatalogKeepsItsIndex(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, opts)
+		send := func(index uint64, ins ...model.Instance) {
+			r.src.in <- model.Snapshot{Source: "fake", Results: map[model.Query]model.Result{
+				model.LocalCatalog: {Catalog: &model.Catalog{Instances: ins, Index: index}},
+			}}
+			synctest.Wait()
+		}
+		a, b, c := inst("web", "a"), inst("web", "b"), inst("web", "c")
+		send(7, a, b, c)
+		send(9, a) // b and c held
+		r.want("the removal is held", "a", "b", "c")
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if got := r.last.Local().Index; got != 9 {
+			t.Errorf("the catalog with held instances has index %d, want the source's 9", got)
+		}
+	})
+}

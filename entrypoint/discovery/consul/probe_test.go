@@ -1,0 +1,247 @@
+package consul
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+	"github.com/seamless-lb/seamless/internal/testenv"
+)
+
+// While the agent is away the source's queries back off, up to 10 s each
+// (longer here).
+// When it answers again, the probe wakes them all: the source sees a
+// change within about a second of the agent's return, not when the
+// longest backoff ends. And it knows the agent is away within seconds.
+func TestAgentsReturnWakesBackedOffQueries(t *testing.T) {
+	agent := testenv.Consul(t)
+	c := agent.Client()
+	register(t, c, "n1", "10.0.0.1", &api.AgentService{ID: "web-1", Service: "web", Port: 80})
+	// Every retry waits 10-20 s (jitter takes up to half off): longer
+	// than the longest backoff, so that the agent's restart (a few
+	// seconds) cannot outlast it.
+	r := startSource(t, agent.Addr(), Config{retry: 2 * retryMax}, model.LocalCatalog)
+	r.waitFor("web-1", func(s model.Snapshot) bool { return len(instances(s, "web")) == 1 })
+	r.steady(watching(2)) // web and consul
+
+	agent.Stop()
+	stopped := time.Now()
+	// The four blocking queries (services, nodes, web, consul) broke with
+	// their connections, and back off.
+	testenv.Eventually(t, wait, "every query backed off", func() bool {
+		r.src.probe.mu.Lock()
+		defer r.src.probe.mu.Unlock()
+		return r.src.probe.backedOff >= int(watching(2))
+	})
+	testenv.Eventually(t, 2*probeFast+probeTimeout, "the source stale, saying the agent does not name its leader", func() bool {
+		st := r.src.Status()
+		return st.Stale && strings.Contains(st.StaleReason, "/v1/status/leader")
+	})
+	t.Logf("stale %s after the agent stopped: %s", time.Since(stopped).Round(100*time.Millisecond), r.src.Status().StaleReason)
+
+	agent.Start()
+	back := time.Now()
+	t.Logf("the agent answered again %s after it stopped", back.Sub(stopped).Round(100*time.Millisecond))
+	register(t, c, "n2", "10.0.0.2", &api.AgentService{ID: "web-2", Service: "web", Port: 80})
+	// The probe's second and a request, with room for a busy machine;
+	// far less than what the backoffs have left.
+	const bound = 2500 * time.Millisecond
+	testenv.Eventually(t, bound, "web-2 seen soon after the agent's return", func() bool {
+		s, n := r.last()
+		return n > 0 && len(instances(s, "web")) == 2
+	})
+	t.Logf("web-2 seen %s after the agent answered again", time.Since(back).Round(100*time.Millisecond))
+	testenv.Eventually(t, bound, "the source fresh again", func() bool { st := r.src.Status(); return st.Up && !st.Stale })
+}
+
+// An agent cut off from its servers may hold the probe's request instead
+// of failing it. Once the agent is known to be down, such a probe must not
+// hold up the next: the agent's return is seen within about probeFast,
+// not after the longer timeout of a probe of a healthy agent.
+func TestAProbeThatHangsDoesNotDelayTheAgentsReturn(t *testing.T) {
+	var down atomic.Bool
+	down.Store(true)
+	hung := make(chan struct{}, 1)
+	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/status/leader" {
+			stubCatalog(w, r)
+			return
+		}
+		if down.Load() {
+			select {
+			case hung <- struct{}{}:
+			default:
+			}
+			<-r.Context().Done()
+			return
+		}
+		fmt.Fprint(w, `"10.0.0.1:8300"`)
+	})
+	r := startSource(t, addr, Config{}, model.LocalCatalog)
+	testenv.Eventually(t, 2*probeTimeout, "the probe sees the agent down", func() bool {
+		why, _ := r.src.probe.stale()
+		return why != ""
+	})
+	select {
+	case <-hung: // one from before, maybe
+	default:
+	}
+	select { // a probe hangs now, the agent known down
+	case <-hung:
+	case <-time.After(wait):
+		t.Fatal("no probe reached the agent")
+	}
+	down.Store(false)
+	back := time.Now()
+	testenv.Eventually(t, 2*probeFast, "the probe sees the agent back", func() bool {
+		why, _ := r.src.probe.stale()
+		return why == ""
+	})
+	t.Logf("the agent's return seen after %s", time.Since(back).Round(100*time.Millisecond))
+}
+
+// An election (the agent answers, and knows no leader for a moment) leaves
+// the blocking queries in flight alone: Consul's blocking queries and
+// streams survive it, and cutting them all would send every replica's
+// every query to the new leader at once. An agent that could not reach
+// its servers at all may have lost the connections they wait on: its
+// return reads them afresh.
+func TestOnlyAnAgentCutFromItsServersRereadsQueriesInFlight(t *testing.T) {
+	var (
+		mode  atomic.Value // "ok", "no leader", "cut", "once" (cut, for one probe)
+		mu    sync.Mutex
+		fresh int // reads of the service list at index 0
+	)
+	mode.Store("ok")
+	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/status/leader":
+			switch mode.Load() {
+			case "ok":
+				fmt.Fprint(w, `"10.0.0.1:8300"`)
+			case "no leader":
+				fmt.Fprint(w, `""`)
+			case "once":
+				mode.Store("ok")
+				http.Error(w, "rpc error getting client: failed to get conn: i/o timeout", http.StatusInternalServerError)
+			default:
+				http.Error(w, "rpc error getting client: failed to get conn: i/o timeout", http.StatusInternalServerError)
+			}
+			return
+		case "/v1/catalog/services":
+			if r.URL.Query().Get("index") == "" {
+				mu.Lock()
+				fresh++
+				mu.Unlock()
+			}
+		}
+		stubCatalog(w, r)
+	})
+	freshReads := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return fresh
+	}
+	r := startSource(t, addr, Config{}, model.LocalCatalog)
+	r.waitFor("the catalog", func(s model.Snapshot) bool { return len(instances(s, "s")) == 1 })
+	r.steady(watching(1))
+	p := r.src.probe
+	outage := func(m string) (woken, reread bool) {
+		t.Helper()
+		recovery, reconnection := p.recovery(), p.reconnection()
+		mode.Store(m)
+		testenv.Eventually(t, 2*probeEvery, m+": the probe sees the agent down, twice", func() bool {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return p.down != "" && (m != "cut" || p.severed >= 2)
+		})
+		if m != "once" {
+			mode.Store("ok")
+		}
+		testenv.Eventually(t, 2*probeFast+probeTimeout, m+": the probe sees the agent back", func() bool { why, _ := p.stale(); return why == "" })
+		return recovery.Err() != nil, reconnection.Err() != nil
+	}
+
+	before := freshReads()
+	if woken, reread := outage("no leader"); !woken || reread {
+		t.Errorf("after an election: backed-off queries woken %v (want true), queries in flight read afresh %v (want false)", woken, reread)
+	}
+	if woken, reread := outage("once"); !woken || reread {
+		t.Errorf("after one failed probe: backed-off queries woken %v (want true), queries in flight read afresh %v (want false)", woken, reread)
+	}
+	if woken, reread := outage("cut"); !woken || !reread {
+		t.Errorf("after a cut: backed-off queries woken %v, queries in flight read afresh %v; want both", woken, reread)
+	}
+	testenv.Eventually(t, wait, "the service list read afresh after the cut", func() bool { return freshReads() > before })
+}
+
+// A fresh read (after a failure) sent while the agent is cut off may hang
+// as well as a blocking one; the agent's return ends it too, rather than
+// its deadline (the margin, 15 s).
+func TestTheAgentsReturnEndsAFreshReadThatHangs(t *testing.T) {
+	var (
+		cut     atomic.Bool
+		cutCh   = make(chan struct{})
+		hanging = make(chan struct{}, 1)
+		freshOK atomic.Int32
+	)
+	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/status/leader":
+			if cut.Load() {
+				http.Error(w, "rpc error getting client: failed to get conn: i/o timeout", http.StatusInternalServerError)
+				return
+			}
+			fmt.Fprint(w, `"10.0.0.1:8300"`)
+			return
+		case "/v1/catalog/services":
+			switch {
+			case r.URL.Query().Get("index") != "": // blocking: until the cut
+				select {
+				case <-cutCh:
+					http.Error(w, "rpc error: i/o timeout", http.StatusInternalServerError)
+				case <-r.Context().Done():
+				}
+				return
+			case cut.Load(): // a fresh read through the cut hangs
+				select {
+				case hanging <- struct{}{}:
+				default:
+				}
+				<-r.Context().Done()
+				return
+			}
+			freshOK.Add(1)
+		}
+		stubCatalog(w, r)
+	})
+	r := startSource(t, addr, Config{}, model.LocalCatalog)
+	r.waitFor("the catalog", func(s model.Snapshot) bool { return len(instances(s, "s")) == 1 })
+	before := freshOK.Load()
+	cut.Store(true)
+	close(cutCh)
+	select {
+	case <-hanging:
+	case <-time.After(wait):
+		t.Fatal("no fresh read of the service list during the cut")
+	}
+	testenv.Eventually(t, 2*probeEvery, "the probe sees the agent cut off, twice", func() bool {
+		p := r.src.probe
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.severed >= 2
+	})
+	cut.Store(false)
+	back := time.Now()
+	testenv.Eventually(t, 2*probeFast+time.Second, "the service list read again soon after the agent's return", func() bool {
+		return freshOK.Load() > before
+	})
+	t.Logf("read again %s after the agent's return", time.Since(back).Round(100*time.Millisecond))
+}
