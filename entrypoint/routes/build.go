@@ -167,7 +167,7 @@ func buildCached(c model.Catalog, p Policy, cache *serviceCache) (Routes, []Skip
 	if cache != nil {
 		cache.mu.Lock()
 		defer cache.mu.Unlock()
-		old, next = cache.byName, map[string]builtService{}
+		old, next = cache.byName, make(map[string]builtService, len(cache.byName))
 		defer func() { cache.byName = next }()
 	}
 	order := func(a, b model.Instance) int {

@@ -35,6 +35,7 @@ type Renderer struct {
 	frags     fragments    // the backends' text by their inputs
 	services  serviceCache // each service's routes by its instances
 	servers   slotCache    // each backend's servers by its slots
+	plans     planCache    // each backend's unchanged plan by its servers
 	checked   checked      // the strings the last rendering checked
 	now       func() time.Time
 	log       *slog.Logger
@@ -237,7 +238,7 @@ func (c *checked) check(what string, re *regexp.Regexp, s string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.next == nil {
-		c.next = map[checkKey]bool{}
+		c.next = make(map[checkKey]bool, len(c.last))
 	}
 	k := checkKey{re, s}
 	if !c.last[k] {
@@ -298,7 +299,8 @@ func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
 	}
 	committed := r.table.committedBackends()
 	defer r.servers.done()
-	plan := slotPlan{backends: map[string][]slot{}}
+	defer r.plans.done()
+	plan := slotPlan{backends: make(map[string][]slot, len(committed))}
 	for _, s := range rt.Services {
 		for _, b := range []struct {
 			name string
@@ -311,7 +313,7 @@ func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
 			vb := viewBackend{Name: b.name, TCP: b.tcp}
 			if r.slots > 0 {
 				var held []slot
-				held, vb.recheck = planSlots(committed[b.name], s.Servers, r.slots, r.drain, now)
+				held, vb.recheck = r.plans.plan(b.name, committed[b.name], s.Servers, r.slots, r.drain, now)
 				plan.backends[b.name] = held
 				vb.Servers, vb.slots = r.servers.of(b.name, held)
 			} else {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,5 +123,37 @@ func TestAMovedInstanceTakesAnotherSlot(t *testing.T) {
 	}
 	if s1, s3 := after.Servers[0], after.Servers[2]; s1.Port != 8080 || s3.Port != 9090 {
 		t.Errorf("s1 at port %d (want the old 8080, draining), s3 at %d (want 9090)", s1.Port, s3.Port)
+	}
+}
+
+// A change to one instance re-plans the slots of its backend only; the
+// other backends' servers are the slices they were planned from, and
+// their committed slots are those the plan proposed.
+func TestOneChangePlansOneBackend(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	r := mustNew(t, Options{HTTPBind: "127.0.0.1:18080", Slots: 4, DrainTimeout: 10 * time.Second,
+		Now: func() time.Time { return now }})
+	var insts []model.Instance
+	for s := range 50 {
+		for i := range 3 {
+			insts = append(insts, inst(fmt.Sprintf("svc%02d", s), fmt.Sprintf("svc%02d-%d", s, i),
+				fmt.Sprintf("10.0.%d.%d", s, i+1), 8080, fmt.Sprintf("seamless.http.host=svc%02d.example", s)))
+		}
+	}
+	render(t, r, catalog(insts...))
+	render(t, r, catalog(insts...))
+	before := r.plans.planned
+	insts[70].Port = 9090 // svc23 moves: its old slot drains
+	moved := render(t, r, catalog(insts...))
+	if n := r.plans.planned - before; n != 1 {
+		t.Errorf("one instance moved: planned %d backends, want 1", n)
+	}
+	if got := slotStates(moved); !strings.Contains(got, "svc23-1:drain") {
+		t.Errorf("the moved instance's old slot does not drain: %s", got)
+	}
+	before = r.plans.planned
+	render(t, r, catalog(insts...))
+	if n := r.plans.planned - before; n != 1 {
+		t.Errorf("nothing changed while one backend drains: planned %d backends, want that one", n)
 	}
 }
