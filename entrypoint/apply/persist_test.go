@@ -1,10 +1,12 @@
 package apply
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"testing"
 	"time"
 
@@ -53,5 +55,44 @@ func TestWriteFileReplacesAndLeavesNoTemporaryFile(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 1 {
 		t.Errorf("directory holds %d entries, want only haproxy.cfg", len(entries))
+	}
+}
+
+// Saving a large catalog writes it element by element: what it allocates
+// is a small part of the file, where json.Marshal held the whole encoding
+// twice (as its buffer grew, then the copy it returns). The file still
+// reads back as the snapshot saved.
+func TestSavingALargeSnapshotDoesNotHoldItWhole(t *testing.T) {
+	dir := t.TempDir()
+	snap := benchSnapshot(benchCatalog(1000, 10, false))
+	snap.Results[model.LocalCatalog].Catalog.Instances[0].Checks = []model.Check{{CheckID: "c", Status: "passing", Output: "<ok & fine>"}}
+	at := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	if err := SaveSnapshot(dir, snap, at); err != nil { // warm the encoder's caches
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if err := SaveSnapshot(dir, snap, at); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	fi, err := os.Stat(SnapshotPath(dir, "consul"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > uint64(fi.Size())/4 {
+		t.Errorf("saving a %d KiB snapshot allocated %d KiB; want under a quarter of it", fi.Size()>>10, alloc>>10)
+	}
+	got, when, err := LoadSnapshot(dir, "consul")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !when.Equal(at) || !model.EqualResults(got.Results, snap.Results) {
+		t.Error("the snapshot read back differs from the one saved")
+	}
+	data, _ := os.ReadFile(SnapshotPath(dir, "consul"))
+	var v saved
+	if err := json.Unmarshal(data, &v); err != nil || !json.Valid(data) {
+		t.Errorf("not valid JSON: %v", err)
 	}
 }
