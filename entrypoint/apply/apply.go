@@ -88,9 +88,9 @@ type Applier struct {
 
 	ready atomic.Pointer[error]
 
-	mu      sync.Mutex // guards history and view
-	history []Record
-	view    Running
+	mu        sync.Mutex // guards history and published
+	history   []Record
+	published published
 }
 
 // New checks the options and returns an Applier.
