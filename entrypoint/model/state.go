@@ -47,6 +47,17 @@ func Merge(snaps map[string]Snapshot, order []string) State {
 	slices.Sort(names[len(order):])
 
 	results := map[Query]Result{}
+	if only := soleCatalog(snaps); only != nil {
+		for _, n := range names {
+			for q, r := range snaps[n].Results {
+				if _, dup := results[q]; !dup && q != LocalCatalog {
+					results[q] = r
+				}
+			}
+		}
+		results[LocalCatalog] = Result{Catalog: only}
+		return State{results: results}
+	}
 	var local *Catalog
 	type instKey struct {
 		name, address string
@@ -103,14 +114,61 @@ func Merge(snaps map[string]Snapshot, order []string) State {
 	return State{results: results}
 }
 
+// soleCatalog returns the one local catalog of snaps when it is already
+// what merging it would make (sorted, no instance twice at one address,
+// no node twice): the merged state then shares it rather than copy every
+// instance at every change. Snapshots are never written once sent.
+func soleCatalog(snaps map[string]Snapshot) *Catalog {
+	var only *Catalog
+	for _, snap := range snaps {
+		if r, ok := snap.Results[LocalCatalog]; ok {
+			if only != nil || r.Catalog == nil {
+				return nil
+			}
+			only = r.Catalog
+		}
+	}
+	if only == nil || !slices.IsSortedFunc(only.Nodes, compareNodes) ||
+		!slices.IsSortedFunc(only.Instances, compareInstances) {
+		return nil
+	}
+	for i := 1; i < len(only.Nodes); i++ {
+		if only.Nodes[i].Name == only.Nodes[i-1].Name {
+			return nil
+		}
+	}
+	// Sorted by name first: an instance twice at one address is twice
+	// within one service.
+	for i := 0; i < len(only.Instances); {
+		j := i + 1
+		for j < len(only.Instances) && only.Instances[j].Name == only.Instances[i].Name {
+			j++
+		}
+		svc := only.Instances[i:j]
+		for a := range svc {
+			for b := a + 1; b < len(svc); b++ {
+				if svc[a].Address == svc[b].Address && svc[a].Port == svc[b].Port {
+					return nil
+				}
+			}
+		}
+		i = j
+	}
+	return only
+}
+
+func compareNodes(a, b Node) int { return cmp.Compare(a.Name, b.Name) }
+
+func compareInstances(a, b Instance) int {
+	return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Node, b.Node),
+		cmp.Compare(a.Address, b.Address), cmp.Compare(a.Port, b.Port), cmp.Compare(a.ID, b.ID))
+}
+
 // SortCatalog orders nodes by name and instances by service name, node,
 // address, port and ID.
 func SortCatalog(c *Catalog) {
-	slices.SortFunc(c.Nodes, func(a, b Node) int { return cmp.Compare(a.Name, b.Name) })
-	slices.SortFunc(c.Instances, func(a, b Instance) int {
-		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Node, b.Node),
-			cmp.Compare(a.Address, b.Address), cmp.Compare(a.Port, b.Port), cmp.Compare(a.ID, b.ID))
-	})
+	slices.SortFunc(c.Nodes, compareNodes)
+	slices.SortFunc(c.Instances, compareInstances)
 }
 
 // EqualInstances reports whether a and b hold the same instances in the
