@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -19,7 +20,26 @@ const (
 	// catalog: room under an agent's default http_max_conns_per_client
 	// of 200 for KV watches and other clients on the same address.
 	DefaultWatches = 128
+	// connReadBuffer and connWriteBuffer size the buffers of each
+	// connection to the agent: a request is a few hundred bytes, and a
+	// read larger than the buffer bypasses it.
+	connReadBuffer  = 1 << 10
+	connWriteBuffer = 512
 )
+
+// holdingTransport is a copy of t fit to hold a blocking query on each of
+// keep connections: as many idle connections kept, and small buffers,
+// which each held connection keeps for as long as its query waits (Go's
+// default is 4 KiB each way: 8 MiB at 1,000 watches).
+func holdingTransport(t *http.Transport, keep int) *http.Transport {
+	t = t.Clone()
+	t.MaxIdleConnsPerHost = max(t.MaxIdleConnsPerHost, keep)
+	if t.MaxIdleConns != 0 {
+		t.MaxIdleConns = max(t.MaxIdleConns, keep)
+	}
+	t.ReadBufferSize, t.WriteBufferSize = connReadBuffer, connWriteBuffer
+	return t
+}
 
 // partKind says what a sub-watch of a per-service catalog reads.
 type partKind int
