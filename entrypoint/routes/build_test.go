@@ -279,3 +279,22 @@ func TestBuildIgnoresInstanceOrder(t *testing.T) {
 		}
 	}
 }
+
+// The service cache holds the instances of the catalog it last rendered,
+// not a copy of them, and moves to each new catalog: it pins no older one.
+func TestTheServiceCacheHoldsTheNewestCatalog(t *testing.T) {
+	r := mustNew(t, Options{HTTPBind: "127.0.0.1:18080", Slots: 4})
+	mk := func() []model.Instance {
+		return []model.Instance{inst("api", "api-1", "10.0.0.1", 80, "seamless.http.host=api.example"),
+			inst("web", "web-1", "10.0.0.2", 80, "seamless.http.host=web.example")}
+	}
+	for range 2 {
+		insts := mk()
+		render(t, r, catalog(insts...))
+		for i, name := range []string{"api", "web"} {
+			if got := r.services.byName[name].insts; len(got) != 1 || &got[0] != &insts[i] {
+				t.Errorf("service %s: the cache holds a copy of its instances, or an older catalog's", name)
+			}
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -143,7 +144,8 @@ func TestOneChangePlansOneBackend(t *testing.T) {
 	render(t, r, catalog(insts...))
 	render(t, r, catalog(insts...))
 	before := r.plans.planned
-	insts[70].Port = 9090 // svc23 moves: its old slot drains
+	insts = slices.Clone(insts) // a rendered catalog is never written
+	insts[70].Port = 9090       // svc23 moves: its old slot drains
 	moved := render(t, r, catalog(insts...))
 	if n := r.plans.planned - before; n != 1 {
 		t.Errorf("one instance moved: planned %d backends, want 1", n)
