@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
 )
 
 // One service's answer converts to instances that keep no spare room: a
@@ -39,5 +41,44 @@ func TestHeldConnectionsKeepSmallBuffers(t *testing.T) {
 	}
 	if rt.MaxIdleConnsPerHost < 1016 {
 		t.Errorf("%d idle connections kept, want one per watch", rt.MaxIdleConnsPerHost)
+	}
+}
+
+// A per-service catalog holds each service's instances once: after an
+// assembly its parts are the catalog's own slices, and the sub-watch that
+// answered keeps no copy to compare the next answer with (fetch compares
+// with the part). An answer equal to the part changes nothing.
+func TestSplitCatalogHoldsEachInstanceOnce(t *testing.T) {
+	c := &splitCatalog{s: &Source{}, health: map[string]*sub{}, parts: map[string][]model.Instance{}}
+	for _, name := range []string{"api", "web"} {
+		c.health[name] = &sub{kind: partHealth, name: name}
+		c.order = append(c.order, name)
+	}
+	answer := func(name string, ports ...int) event {
+		ev := event{sub: c.health[name], changed: true}
+		for i, p := range ports {
+			ev.instances = append(ev.instances, model.Instance{Source: Name, Name: name,
+				ID: fmt.Sprintf("n%d/%s", i, name), Node: fmt.Sprintf("n%d", i), Address: "10.0.0.1", Port: p})
+		}
+		return ev
+	}
+	c.apply(answer("api", 80))
+	c.apply(answer("web", 80, 81))
+	cat := c.assemble()
+	c.dirty = false
+	if &c.parts["api"][0] != &cat.Instances[0] || &c.parts["web"][0] != &cat.Instances[1] {
+		t.Error("the parts are copies of the catalog's instances, not its own")
+	}
+	c.apply(answer("web", 80, 81))
+	if c.dirty {
+		t.Error("an answer equal to the part held marked the catalog changed")
+	}
+	c.apply(answer("web", 80, 82))
+	if !c.dirty {
+		t.Error("a changed answer left the catalog unchanged")
+	}
+	next := c.assemble()
+	if next.Instances[2].Port != 82 || cat.Instances[2].Port != 81 {
+		t.Error("the next assembly changed the catalog sent before")
 	}
 }

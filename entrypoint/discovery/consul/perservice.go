@@ -279,6 +279,9 @@ func (c *splitCatalog) apply(ev event) *overBudget {
 	case partNodes:
 		c.haveNodes, c.nodeList, c.dcName, c.dirty = true, ev.nodes, ev.dcName, true
 	case partHealth:
+		if old, had := c.parts[ev.sub.name]; had && model.EqualInstances(old, ev.instances) {
+			return nil
+		}
 		c.parts[ev.sub.name], c.dirty = ev.instances, true
 	}
 	return nil
@@ -300,7 +303,14 @@ func (c *splitCatalog) assemble() *model.Catalog {
 	if n > 0 {
 		cat.Instances = make([]model.Instance, 0, n)
 		for _, name := range c.order {
+			from := len(cat.Instances)
 			cat.Instances = append(cat.Instances, c.parts[name]...)
+			// The part is the catalog's slice from now on: each service's
+			// instances are held once, not once more for the next
+			// assembly. A catalog is never written once made.
+			if p, ok := c.parts[name]; ok && len(p) > 0 {
+				c.parts[name] = cat.Instances[from:len(cat.Instances):len(cat.Instances)]
+			}
 		}
 	}
 	return cat

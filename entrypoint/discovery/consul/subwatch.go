@@ -2,6 +2,8 @@ package consul
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"reflect"
 
@@ -68,7 +70,10 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 			case partNodes:
 				now = ev.nodes
 			default:
-				now = ev.instances
+				// A digest, not the instances: fetch holds them, and a
+				// second copy of every service's here would cost as much
+				// again.
+				now = digest(ev.instances)
 			}
 			ev.changed = !have || !reflect.DeepEqual(prev, now)
 			prev, have = now, true
@@ -153,6 +158,16 @@ func (c *splitCatalog) read(ctx context.Context, sb *sub, index uint64) (event, 
 			"query", c.what(sb))
 	}
 	return ev, meta.LastIndex, nil
+}
+
+// digest identifies converted instances, every field (the JSON of a map
+// is sorted by key).
+func digest(insts []model.Instance) [sha256.Size]byte {
+	h := sha256.New()
+	_ = json.NewEncoder(h).Encode(insts) // plain data: it cannot fail
+	var d [sha256.Size]byte
+	h.Sum(d[:0])
+	return d
 }
 
 // convertEntries converts the health of one service as the node dump's
