@@ -1,8 +1,6 @@
 package apply
 
 import (
-	"slices"
-
 	"github.com/seamless-lb/seamless/entrypoint/model"
 )
 
@@ -55,8 +53,9 @@ func (a *Applier) publish() {
 }
 
 func runningView(rend *model.Rendering, insts []model.Instance) *Running {
-	v := &Running{Slots: slices.Clone(rend.Servers), Skipped: slices.Clone(rend.Skipped),
-		Routes: slices.Clone(rend.Routes)}
+	// The rendering's own lists: never written once made, and read only
+	// by /status.
+	v := &Running{Slots: rend.Servers, Skipped: rend.Skipped, Routes: rend.Routes}
 	type where struct {
 		id, address string
 		port        int

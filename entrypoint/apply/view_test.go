@@ -29,6 +29,9 @@ func TestPublishingAChangeCopiesNothing(t *testing.T) {
 	if len(v.Slots) != len(rend.Servers) || len(v.Health) != len(v.Slots) {
 		t.Fatalf("the view holds %d slots and %d health states, want %d", len(v.Slots), len(v.Health), len(rend.Servers))
 	}
+	if &v.Slots[0] != &rend.Servers[0] {
+		t.Error("the view holds a copy of the rendering's slots, which is never written")
+	}
 	filled := 0
 	for i, s := range v.Slots {
 		if s.Instance != "" {

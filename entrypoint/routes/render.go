@@ -159,7 +159,9 @@ func (r *Renderer) fillSlots(out *model.Rendering, v view) {
 	}
 	out.Servers = make([]model.ServerSlot, 0, n)
 	for _, b := range v.Backends {
+		from := len(out.Servers)
 		out.Servers = append(out.Servers, b.slots...)
+		r.servers.share(b.Name, out.Servers[from:len(out.Servers):len(out.Servers)])
 		if !b.recheck.IsZero() && (out.Recheck.IsZero() || b.recheck.Before(out.Recheck)) {
 			out.Recheck = b.recheck
 		}

@@ -159,3 +159,21 @@ func TestOneChangePlansOneBackend(t *testing.T) {
 		t.Errorf("nothing changed while one backend drains: planned %d backends, want that one", n)
 	}
 }
+
+// The slots of each backend are held once: the cache that spares an
+// unchanged backend its description holds the rendering's own.
+func TestTheSlotCacheHoldsTheRenderingsSlots(t *testing.T) {
+	r := mustNew(t, Options{HTTPBind: "127.0.0.1:18080", Slots: 4})
+	for range 2 {
+		out := render(t, r, catalog(inst("api", "api-1", "10.0.0.1", 80, "seamless.http.host=api.example"),
+			inst("web", "web-1", "10.0.0.2", 80, "seamless.http.host=web.example")))
+		for i, s := range out.Servers {
+			if i%4 != 0 {
+				continue
+			}
+			if ms := r.servers.last[s.Backend].ms; len(ms) != 4 || &ms[0] != &out.Servers[i] {
+				t.Errorf("backend %s: the cache holds a copy of its slots", s.Backend)
+			}
+		}
+	}
+}
