@@ -3,11 +3,13 @@ package consul
 import (
 	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 
 	"github.com/hashicorp/consul/api"
 
 	"github.com/seamless-lb/seamless/entrypoint/model"
+	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
 // One service's answer converts to instances that keep no spare room: a
@@ -80,5 +82,38 @@ func TestSplitCatalogHoldsEachInstanceOnce(t *testing.T) {
 	next := c.assemble()
 	if next.Instances[2].Port != 82 || cat.Instances[2].Port != 81 {
 		t.Error("the next assembly changed the catalog sent before")
+	}
+}
+
+// A health answer whose index did not move (a wait that ran out: most
+// answers of a thousand watched services) is not converted again.
+func TestAnUnmovedAnswerIsNotConvertedAgain(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		health int
+	)
+	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/health/service/s" {
+			stubCatalog(w, r)
+			return
+		}
+		mu.Lock()
+		health++
+		mu.Unlock()
+		w.Header().Set("X-Consul-Index", "7") // at once, as if the wait ran out
+		fmt.Fprint(w, healthOf("a"))
+	})
+	r := startSource(t, addr, Config{}, model.LocalCatalog)
+	r.waitFor("s", func(s model.Snapshot) bool { return len(instances(s, "s")) == 1 })
+	testenv.Eventually(t, wait, "five answers", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return health >= 5
+	})
+	r.src.mu.Lock()
+	split := r.src.watches[model.LocalCatalog].f.(*catalogFetcher).split
+	r.src.mu.Unlock()
+	if n := split.converted.Load(); n != 1 {
+		t.Errorf("%d answers converted, want the first alone", n)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/hashicorp/consul/api"
+
 	"github.com/seamless-lb/seamless/entrypoint/model"
 )
 
@@ -67,6 +69,7 @@ type event struct {
 	nodes     []model.Node
 	dcName    string
 	instances []model.Instance
+	entries   []*api.ServiceEntry // the answer of a health query, until converted
 }
 
 // overBudget: the catalog has more services than the budget of blocking
@@ -104,6 +107,7 @@ type splitCatalog struct {
 	dirty           bool // a part changed since the last assembly
 	last            *model.Catalog
 	warnedACL       atomic.Bool
+	converted       atomic.Uint64 // health answers converted
 	// stale holds why each sub-watch's latest answer was refused as
 	// stale; a sub-watch that answers well again leaves it.
 	stale map[*sub]string

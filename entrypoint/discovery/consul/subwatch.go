@@ -62,6 +62,13 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 			epoch = nil
 		}
 		moved := cur.answered(index, log, c.what(sb))
+		if sb.kind == partHealth && (moved || !have) {
+			// Only an answer that can differ is converted: most answers
+			// of a thousand services are waits that ran out.
+			ev.instances = convertEntries(ev.entries, c.dc, c.s.cfg.TagFilter)
+			c.converted.Add(1)
+		}
+		ev.entries = nil
 		if moved || !have {
 			var now any
 			switch sb.kind {
@@ -151,7 +158,7 @@ func (c *splitCatalog) read(ctx context.Context, sb *sub, index uint64) (event, 
 		if err != nil {
 			return ev, 0, fmt.Errorf("reading service %q: %w", sb.name, err)
 		}
-		ev.instances = convertEntries(entries, c.dc, c.s.cfg.TagFilter)
+		ev.entries = entries
 	}
 	if meta.ResultsFilteredByACLs && sb.kind != partHealth && c.warnedACL.CompareAndSwap(false, true) {
 		c.s.log.Warn("the token may not read all of the catalog; Consul left out what it may not read",
