@@ -3,6 +3,7 @@ package model
 import (
 	"cmp"
 	"maps"
+	"reflect"
 	"slices"
 )
 
@@ -176,17 +177,37 @@ func SortCatalog(c *Catalog) {
 // service whose instances did not change. It compares field by field
 // (reflect.DeepEqual costs more than the work it would save).
 func EqualInstances(a, b []Instance) bool {
-	return slices.EqualFunc(a, b, equalInstance)
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a { // by pointer: an Instance is some 300 bytes
+		if !equalInstance(&a[i], &b[i]) {
+			return false
+		}
+	}
+	return true
 }
 
-func equalInstance(a, b Instance) bool {
+func equalInstance(a, b *Instance) bool {
 	return a.Source == b.Source && a.Datacenter == b.Datacenter && a.Node == b.Node && a.NodeID == b.NodeID &&
 		a.NodeAddress == b.NodeAddress && a.ID == b.ID && a.Name == b.Name && a.Kind == b.Kind &&
 		a.Namespace == b.Namespace && a.Address == b.Address && a.Port == b.Port && a.Weight == b.Weight &&
 		a.WarningWeight == b.WarningWeight && a.Status == b.Status && a.Registered == b.Registered &&
-		slices.Equal(a.Tags, b.Tags) && slices.Equal(a.Checks, b.Checks) &&
-		maps.Equal(a.Meta, b.Meta) && maps.Equal(a.TaggedAddresses, b.TaggedAddresses) &&
-		maps.Equal(a.NodeMeta, b.NodeMeta) && maps.Equal(a.NodeTaggedAddresses, b.NodeTaggedAddresses)
+		equalSlices(a.Tags, b.Tags) && equalSlices(a.Checks, b.Checks) &&
+		equalMaps(a.Meta, b.Meta) && equalMaps(a.TaggedAddresses, b.TaggedAddresses) &&
+		equalMaps(a.NodeMeta, b.NodeMeta) && equalMaps(a.NodeTaggedAddresses, b.NodeTaggedAddresses)
+}
+
+// equalSlices and equalMaps take the same list or map for equal without
+// reading it: consecutive catalogs of a source share those of every
+// instance that did not change.
+func equalSlices[E comparable](a, b []E) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0] || slices.Equal(a, b))
+}
+
+func equalMaps(a, b map[string]string) bool {
+	return len(a) == len(b) && (len(a) == 0 ||
+		reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer() || maps.Equal(a, b))
 }
 
 // EqualResults reports whether two sets of answers are the same, as
