@@ -81,6 +81,9 @@ type Applier struct {
 	why      string           // why recheck is due, for the log
 	skipped  string           // the last rendering's skips, logged when they change
 	reasons  []string         // sources changed since the last apply
+	savedAt  time.Time        // the last save of the snapshots
+	saveDue  time.Time        // when the snapshots not saved yet are; zero: none waits
+	saves    int              // saves of the snapshots, for the tests
 	// startRend is the rendering of the current state during Start, so
 	// that the state that completed the start is not rendered again to be
 	// written; take and fillFromDisk, which change the state, clear it.
@@ -149,6 +152,9 @@ func (a *Applier) Run(ctx context.Context) {
 	recheck := time.NewTimer(time.Hour)
 	recheck.Stop()
 	var due time.Time
+	saveTimer := time.NewTimer(time.Hour)
+	saveTimer.Stop()
+	var saveDue time.Time
 	for {
 		if !a.recheck.Equal(due) {
 			due = a.recheck
@@ -157,10 +163,20 @@ func (a *Applier) Run(ctx context.Context) {
 				recheck.Reset(max(time.Until(due), 0))
 			}
 		}
+		if !a.saveDue.Equal(saveDue) {
+			saveDue = a.saveDue
+			saveTimer.Stop()
+			if !saveDue.IsZero() {
+				saveTimer.Reset(max(time.Until(saveDue), 0))
+			}
+		}
 		select {
 		case <-ctx.Done():
-			a.save()
+			a.saveNow()
 			return
+		case <-saveTimer.C:
+			saveDue = time.Time{}
+			a.saveNow()
 		case <-recheck.C:
 			due, a.recheck = time.Time{}, time.Time{}
 			why := cmp.Or(a.why, "drain finished")

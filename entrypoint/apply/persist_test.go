@@ -1,16 +1,20 @@
 package apply
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/seamless-lb/seamless/entrypoint/model"
+	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
 func TestSnapshotSurvivesARestart(t *testing.T) {
@@ -94,5 +98,43 @@ func TestSavingALargeSnapshotDoesNotHoldItWhole(t *testing.T) {
 	var v saved
 	if err := json.Unmarshal(data, &v); err != nil || !json.Valid(data) {
 		t.Errorf("not valid JSON: %v", err)
+	}
+}
+
+// Changes that come faster than saveEvery are saved together: the
+// snapshot is encoded whole at each save, megabytes at 1000 services × 10.
+// The last one is saved within saveEvery all the same.
+func TestFastChangesAreSavedTogether(t *testing.T) {
+	dir := t.TempDir()
+	src := newSource("consul")
+	r := newRig(t, dir, lines{}, src)
+	src.send("web=10.0.0.1")
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	start, saves := time.Now(), r.a.saves // Start saved once
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.a.Run(ctx) }()
+	const changes = 10
+	for i := range changes {
+		addr := fmt.Sprintf("10.0.1.%d", i+1)
+		src.send("web=" + addr)
+		testenv.Eventually(t, 5*time.Second, "change applied", func() bool {
+			b, _ := os.ReadFile(r.path)
+			return strings.Contains(string(b), addr+"\n")
+		})
+	}
+	elapsed := time.Since(start)
+	testenv.Eventually(t, 5*time.Second, "the last change saved", func() bool {
+		s, _, err := LoadSnapshot(dir, "consul")
+		return err == nil && len(s.Local().Instances) == 1 && s.Local().Instances[0].Address == "10.0.1.10"
+	})
+	cancel()
+	<-done
+	// Run is done: its counter may be read. At most one save per
+	// saveEvery, and one at the end.
+	if n, most := r.a.saves-saves, 2+int(elapsed/saveEvery); n > most {
+		t.Errorf("%d changes in %s saved %d times; want at most %d", changes, elapsed.Round(time.Millisecond), n, most)
 	}
 }
