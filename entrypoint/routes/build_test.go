@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -295,6 +296,27 @@ func TestTheServiceCacheHoldsTheNewestCatalog(t *testing.T) {
 			if got := r.services.byName[name].insts; len(got) != 1 || &got[0] != &insts[i] {
 				t.Errorf("service %s: the cache holds a copy of its instances, or an older catalog's", name)
 			}
+		}
+	}
+}
+
+// The memo of checked strings forgets what renderings no longer check:
+// a churn of service names does not grow it.
+func TestCheckedStringsAreForgotten(t *testing.T) {
+	r := mustNew(t, Options{HTTPBind: "127.0.0.1:18080", Slots: 4})
+	most := 0
+	for i := range 50 {
+		var insts []model.Instance
+		for j := range 5 {
+			name := fmt.Sprintf("svc%d-%d", i, j)
+			insts = append(insts, inst(name, name+"-1", "10.0.0.1", 80, "seamless.http.host="+name+".example"))
+		}
+		render(t, r, catalog(insts...))
+		if i == 0 {
+			most = 3 * len(r.checked.seen)
+		}
+		if n := len(r.checked.seen); n > most {
+			t.Fatalf("rendering %d: %d checked strings kept, want at most %d", i, n, most)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"regexp"
 	"strconv"
@@ -225,10 +226,15 @@ func check(what string, re *regexp.Regexp, s string) error {
 
 // checked memoises check for the strings of the last rendering: most of
 // them (every backend's name, every host) are the same from one change to
-// the next. It keeps only what the last rendering checked.
+// the next. It keeps only what the last rendering checked: each entry
+// holds the rendering that last checked it, and the others are swept out
+// when they are as many as the kept ones (a map kept and updated in place
+// costs a rendering far less than a new one filled).
 type checked struct {
-	mu         sync.Mutex
-	last, next map[checkKey]bool
+	mu   sync.Mutex
+	gen  uint64 // the rendering now checking
+	seen map[checkKey]uint64
+	hits int // entries checked by the current rendering
 }
 
 type checkKey struct {
@@ -239,16 +245,21 @@ type checkKey struct {
 func (c *checked) check(what string, re *regexp.Regexp, s string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.next == nil {
-		c.next = make(map[checkKey]bool, len(c.last))
+	if c.seen == nil {
+		c.seen, c.gen = map[checkKey]uint64{}, 1
 	}
 	k := checkKey{re, s}
-	if !c.last[k] {
+	g, ok := c.seen[k]
+	if g == c.gen {
+		return nil
+	}
+	if !ok || g != c.gen-1 { // checked by no rendering kept
 		if err := check(what, re, s); err != nil {
 			return err
 		}
 	}
-	c.next[k] = true
+	c.seen[k] = c.gen
+	c.hits++
 	return nil
 }
 
@@ -256,7 +267,11 @@ func (c *checked) check(what string, re *regexp.Regexp, s string) error {
 func (c *checked) done() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.last, c.next = c.next, nil
+	if len(c.seen) > 2*c.hits {
+		maps.DeleteFunc(c.seen, func(_ checkKey, g uint64) bool { return g != c.gen })
+	}
+	c.gen++
+	c.hits = 0
 }
 
 // view checks every string of rt for the template and places the servers
