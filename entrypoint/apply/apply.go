@@ -82,6 +82,9 @@ type Applier struct {
 	why      string            // why recheck is due, for the log
 	skipped  string            // the last rendering's skips, logged when they change
 	reasons  []string          // sources changed since the last apply
+	savedAt  time.Time         // the last save of the snapshots
+	saveDue  time.Time         // when the snapshots not saved yet are; zero: none waits
+	saves    int               // saves of the snapshots, for the tests
 	// ranFrom is latest as it was when running was rendered.
 	ranFrom map[string]model.Snapshot
 	// startRend is the rendering of the current state during Start, so
@@ -91,9 +94,9 @@ type Applier struct {
 
 	ready atomic.Pointer[error]
 
-	mu      sync.Mutex // guards history and view
-	history []Record
-	view    Running
+	mu        sync.Mutex // guards history and published
+	history   []Record
+	published published
 }
 
 // New checks the options and returns an Applier.
@@ -152,6 +155,9 @@ func (a *Applier) Run(ctx context.Context) {
 	recheck := time.NewTimer(time.Hour)
 	recheck.Stop()
 	var due time.Time
+	saveTimer := time.NewTimer(time.Hour)
+	saveTimer.Stop()
+	var saveDue time.Time
 	for {
 		if !a.recheck.Equal(due) {
 			due = a.recheck
@@ -160,10 +166,20 @@ func (a *Applier) Run(ctx context.Context) {
 				recheck.Reset(max(time.Until(due), 0))
 			}
 		}
+		if !a.saveDue.Equal(saveDue) {
+			saveDue = a.saveDue
+			saveTimer.Stop()
+			if !saveDue.IsZero() {
+				saveTimer.Reset(max(time.Until(saveDue), 0))
+			}
+		}
 		select {
 		case <-ctx.Done():
-			a.save()
+			a.saveNow()
 			return
+		case <-saveTimer.C:
+			saveDue = time.Time{}
+			a.saveNow()
 		case <-recheck.C:
 			due, a.recheck = time.Time{}, time.Time{}
 			why := cmp.Or(a.why, "drain finished")

@@ -253,8 +253,9 @@ func TestBenchPipeline(t *testing.T) {
 							if err := fake.Apply(ctx, cmds); err != nil {
 								t.Fatal(err)
 							}
-							_, states, _ := fake.ServersState(ctx)
-							if err := verify(rend.Servers, states, touchedSlots(cmds)); err != nil {
+							touched := touchedSlots(cmds)
+							want, states, _ := touchedState(ctx, fake, rend.Servers, touched)
+							if err := verify(want, states, touched); err != nil {
 								t.Fatal(err)
 							}
 						})

@@ -3,6 +3,7 @@ package apply
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ type haproxyServers struct {
 	fail    error
 	servers map[string]*haproxy.ServerState
 	order   []string
+	read    int // servers whose state was read
 }
 
 func newHAProxyServers(slots []model.ServerSlot) *haproxyServers {
@@ -88,7 +90,30 @@ func (h *haproxyServers) ServersState(context.Context) (string, []haproxy.Server
 	for _, k := range h.order {
 		out = append(out, *h.servers[k])
 	}
+	h.read += len(out)
 	return "1\n", out, nil
+}
+
+func (h *haproxyServers) BackendServersState(_ context.Context, backends []string) ([]haproxy.ServerState, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.fail != nil {
+		return nil, h.fail
+	}
+	var out []haproxy.ServerState
+	for _, k := range h.order {
+		if s := h.servers[k]; slices.Contains(backends, s.Backend) {
+			out = append(out, *s)
+		}
+	}
+	h.read += len(out)
+	return out, nil
+}
+
+func (h *haproxyServers) serversRead() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.read
 }
 
 func webInstances(ids ...string) model.Snapshot {

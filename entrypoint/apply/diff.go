@@ -15,67 +15,110 @@ import (
 // the log line of an apply: "web: +2 instances, 1 now critical; api: new
 // service (3 instances)".
 func Change(before, after model.Catalog) string {
-	bg, ag := groupByService(before.Instances), groupByService(after.Instances)
-	names := slices.Sorted(maps.Keys(ag))
-	for n := range bg {
-		if _, ok := ag[n]; !ok {
-			names = append(names, n)
-		}
-	}
-	slices.Sort(names)
 	var parts []string
-	for _, n := range names {
-		if bg[n] != nil && ag[n] != nil && model.EqualInstances(bg[n], ag[n]) {
-			continue // the common case: one service changed of thousands
+	eachService(before.Instances, after.Instances, func(n string, bs, as []model.Instance) {
+		if bs != nil && as != nil && model.EqualInstances(bs, as) {
+			return // the common case: one service changed of thousands
 		}
-		old, now := byService(bg[n]), byService(ag[n])
-		switch {
-		case len(old) == 0:
-			parts = append(parts, fmt.Sprintf("%s: new service (%s)", n, plural(len(now), "instance")))
-			continue
-		case len(now) == 0:
-			parts = append(parts, fmt.Sprintf("%s: gone", n))
-			continue
+		if p := serviceChange(n, bs, as); p != "" {
+			parts = append(parts, p)
 		}
-		var added, removed, other int
-		statuses := map[string]int{}
-		for k, in := range now {
-			was, ok := old[k]
-			switch {
-			case !ok:
-				added++
-			case was.Status != in.Status:
-				statuses[in.Status]++
-			case !sameInstance(was, in):
-				other++
-			}
-		}
-		for k := range old {
-			if _, ok := now[k]; !ok {
-				removed++
-			}
-		}
-		var what []string
-		if added > 0 {
-			what = append(what, "+"+plural(added, "instance"))
-		}
-		if removed > 0 {
-			what = append(what, "-"+plural(removed, "instance"))
-		}
-		for _, st := range slices.Sorted(maps.Keys(statuses)) {
-			what = append(what, fmt.Sprintf("%d now %s", statuses[st], st))
-		}
-		if other > 0 {
-			what = append(what, plural(other, "instance")+" changed")
-		}
-		if len(what) > 0 {
-			parts = append(parts, n+": "+strings.Join(what, ", "))
-		}
-	}
+	})
 	if len(parts) == 0 {
 		return "no service changed"
 	}
 	return strings.Join(parts, "; ")
+}
+
+// eachService calls f with each service's instances before and after (nil
+// where it has none), in order of name. Catalogs sorted by name (merged
+// ones are) are walked side by side, without indexing either.
+func eachService(before, after []model.Instance, f func(name string, bs, as []model.Instance)) {
+	byName := func(a, b model.Instance) int { return strings.Compare(a.Name, b.Name) }
+	if !slices.IsSortedFunc(before, byName) || !slices.IsSortedFunc(after, byName) {
+		bg, ag := groupByService(before), groupByService(after)
+		names := slices.Sorted(maps.Keys(ag))
+		for n := range bg {
+			if _, ok := ag[n]; !ok {
+				names = append(names, n)
+			}
+		}
+		slices.Sort(names)
+		for _, n := range names {
+			f(n, bg[n], ag[n])
+		}
+		return
+	}
+	run := func(insts []model.Instance) []model.Instance {
+		j := 1
+		for j < len(insts) && insts[j].Name == insts[0].Name {
+			j++
+		}
+		return insts[:j:j]
+	}
+	for len(before) > 0 || len(after) > 0 {
+		var bs, as []model.Instance
+		switch {
+		case len(after) == 0 || len(before) > 0 && before[0].Name < after[0].Name:
+			bs = run(before)
+		case len(before) == 0 || after[0].Name < before[0].Name:
+			as = run(after)
+		default:
+			bs, as = run(before), run(after)
+		}
+		first := bs
+		if len(first) == 0 {
+			first = as
+		}
+		before, after = before[len(bs):], after[len(as):]
+		f(first[0].Name, bs, as)
+	}
+}
+
+// serviceChange describes what changed in one service, "" if nothing.
+func serviceChange(n string, bs, as []model.Instance) string {
+	old, now := byService(bs), byService(as)
+	switch {
+	case len(old) == 0:
+		return fmt.Sprintf("%s: new service (%s)", n, plural(len(now), "instance"))
+	case len(now) == 0:
+		return fmt.Sprintf("%s: gone", n)
+	}
+	var added, removed, other int
+	statuses := map[string]int{}
+	for k, in := range now {
+		was, ok := old[k]
+		switch {
+		case !ok:
+			added++
+		case was.Status != in.Status:
+			statuses[in.Status]++
+		case !sameInstance(was, in):
+			other++
+		}
+	}
+	for k := range old {
+		if _, ok := now[k]; !ok {
+			removed++
+		}
+	}
+	var what []string
+	if added > 0 {
+		what = append(what, "+"+plural(added, "instance"))
+	}
+	if removed > 0 {
+		what = append(what, "-"+plural(removed, "instance"))
+	}
+	for _, st := range slices.Sorted(maps.Keys(statuses)) {
+		what = append(what, fmt.Sprintf("%d now %s", statuses[st], st))
+	}
+	if other > 0 {
+		what = append(what, plural(other, "instance")+" changed")
+	}
+	if len(what) == 0 {
+		return ""
+	}
+	return n + ": " + strings.Join(what, ", ")
 }
 
 // groupByService splits instances by service name; runs of one name (a

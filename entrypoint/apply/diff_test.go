@@ -1,6 +1,8 @@
 package apply
 
 import (
+	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/seamless-lb/seamless/entrypoint/model"
@@ -32,5 +34,34 @@ func TestChange(t *testing.T) {
 				t.Errorf("got %q\nwant %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// Change walks two sorted catalogs side by side: at 1000 services × 10 it
+// indexes neither (two maps of a thousand services at every change), and
+// says what it said with them, sorted or not.
+func TestChangeOfSortedCatalogsIndexesNeither(t *testing.T) {
+	before, after := benchCatalog(1000, 10, false), benchCatalog(1000, 10, true)
+	after.Instances = append(after.Instances[:20:20], after.Instances[30:]...) // svc0002 gone
+	after.Instances = append(after.Instances, model.Instance{Source: "consul", Name: "zz", ID: "zz-1", Address: "10.9.9.9", Port: 80})
+	want := "svc0002: gone; svc0500: 1 now critical; zz: new service (1 instance)"
+	if got := Change(*before, *after); got != want {
+		t.Errorf("Change: %q, want %q", got, want)
+	}
+	rev := func(c *model.Catalog) model.Catalog {
+		r := *c
+		r.Instances = slices.Clone(c.Instances)
+		slices.Reverse(r.Instances)
+		return r
+	}
+	if got := Change(rev(before), rev(after)); got != want {
+		t.Errorf("Change of unsorted catalogs: %q, want %q", got, want)
+	}
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	Change(*before, *after)
+	runtime.ReadMemStats(&m1)
+	if n := m1.TotalAlloc - m0.TotalAlloc; n > 16<<10 {
+		t.Errorf("Change allocated %d KiB; want a few, for the changed services alone", n>>10)
 	}
 }

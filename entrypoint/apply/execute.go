@@ -53,11 +53,12 @@ func (a *Applier) runtime(ctx context.Context, rend model.Rendering) error {
 	if err := a.opts.Runtime.Apply(ctx, cmds); err != nil {
 		return err
 	}
-	_, states, err := a.opts.Runtime.ServersState(ctx)
+	touched := touchedSlots(cmds)
+	want, states, err := touchedState(ctx, a.opts.Runtime, rend.Servers, touched)
 	if err != nil {
 		return err
 	}
-	if err := verify(rend.Servers, states, touchedSlots(cmds)); err != nil {
+	if err := verify(want, states, touched); err != nil {
 		return err
 	}
 	if err := WriteFile(a.opts.Path, rend.Config, 0o640); err != nil {

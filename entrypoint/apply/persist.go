@@ -1,8 +1,11 @@
 package apply
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +19,15 @@ import (
 // same directory, fsync, rename, fsync of the directory. A reader (HAProxy,
 // a crash) sees the old bytes or the new ones, never a mix.
 func WriteFile(path string, data []byte, perm os.FileMode) error {
+	return writeFileWith(path, perm, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// writeFileWith is WriteFile with the content written by write, so that
+// a large content need not be held whole in memory first.
+func writeFileWith(path string, perm os.FileMode, write func(io.Writer) error) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -23,7 +35,7 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 	}
 	tmp := f.Name()
 	defer os.Remove(tmp) // after a successful rename this fails harmlessly
-	if _, err := f.Write(data); err != nil {
+	if err := write(f); err != nil {
 		f.Close()
 		return err
 	}
@@ -80,15 +92,107 @@ func SaveSnapshot(dir string, s model.Snapshot, now time.Time) error {
 		v.Results = append(v.Results, savedResult{q, r})
 	}
 	slices.SortFunc(v.Results, func(a, b savedResult) int { return strings.Compare(a.Query.String(), b.Query.String()) })
-	data, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
 	p := SnapshotPath(dir, s.Source)
 	if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
 		return err
 	}
-	return WriteFile(p, data, 0o640)
+	return writeFileWith(p, 0o640, func(w io.Writer) error {
+		bw := bufio.NewWriterSize(w, 64<<10)
+		if err := encodeSaved(bw, v); err != nil {
+			return err
+		}
+		return bw.Flush()
+	})
+}
+
+// encodeSaved writes v as json.Marshal would, but a catalog's nodes and
+// instances one at a time: a catalog of 10,000 instances is megabytes of
+// JSON, which Marshal would hold whole (twice, as it grows and copies its
+// buffer) at every change.
+func encodeSaved(w *bufio.Writer, v saved) error {
+	enc := json.NewEncoder(w) // Encode ends each value with a newline, which JSON allows
+	enc.SetEscapeHTML(true)   // as Marshal
+	head := v
+	head.Results = nil
+	b, err := json.Marshal(head)
+	if err != nil {
+		return err
+	}
+	// {"source":…,"saved_at":…,"results":null}: open the list instead.
+	b = bytes.TrimSuffix(b, []byte("null}"))
+	w.Write(b)
+	w.WriteByte('[')
+	for i, r := range v.Results {
+		if i > 0 {
+			w.WriteByte(',')
+		}
+		w.WriteString(`{"query":`)
+		if err := enc.Encode(r.Query); err != nil {
+			return err
+		}
+		w.WriteString(`,"result":`)
+		if r.Result.Catalog == nil {
+			if err := enc.Encode(r.Result); err != nil {
+				return err
+			}
+		} else if err := encodeCatalogResult(w, enc, r.Result); err != nil {
+			return err
+		}
+		w.WriteByte('}')
+	}
+	_, err = w.WriteString("]}")
+	return err
+}
+
+// encodeCatalogResult writes a Result with a catalog as model.Result's
+// JSON tags say, element by element.
+func encodeCatalogResult(w *bufio.Writer, enc *json.Encoder, r model.Result) error {
+	c := r.Catalog
+	w.WriteString(`{"catalog":{`)
+	sep := ""
+	if c.Datacenter != "" {
+		w.WriteString(`"datacenter":`)
+		if err := enc.Encode(c.Datacenter); err != nil {
+			return err
+		}
+		sep = ","
+	}
+	for _, list := range []struct {
+		name string
+		n    int
+		at   func(int) any
+	}{
+		{"nodes", len(c.Nodes), func(i int) any { return &c.Nodes[i] }},
+		{"instances", len(c.Instances), func(i int) any { return &c.Instances[i] }},
+	} {
+		if list.n == 0 {
+			continue // omitempty
+		}
+		w.WriteString(sep + `"` + list.name + `":[`)
+		sep = ","
+		for i := range list.n {
+			if i > 0 {
+				w.WriteByte(',')
+			}
+			if err := enc.Encode(list.at(i)); err != nil {
+				return err
+			}
+		}
+		w.WriteByte(']')
+	}
+	w.WriteByte('}')
+	rest := r
+	rest.Catalog = nil
+	b, err := json.Marshal(rest) // pairs and datacenters, when any
+	if err != nil {
+		return err
+	}
+	if len(b) > 2 {
+		w.WriteByte(',')
+		w.Write(b[1 : len(b)-1])
+	}
+	_, err = w.WriteString("}")
+	return err
 }
 
 // LoadSnapshot returns the saved snapshot of source and when it was saved;

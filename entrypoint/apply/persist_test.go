@@ -1,14 +1,20 @@
 package apply
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/seamless-lb/seamless/entrypoint/model"
+	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
 func TestSnapshotSurvivesARestart(t *testing.T) {
@@ -53,5 +59,82 @@ func TestWriteFileReplacesAndLeavesNoTemporaryFile(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 1 {
 		t.Errorf("directory holds %d entries, want only haproxy.cfg", len(entries))
+	}
+}
+
+// Saving a large catalog writes it element by element: what it allocates
+// is a small part of the file, where json.Marshal held the whole encoding
+// twice (as its buffer grew, then the copy it returns). The file still
+// reads back as the snapshot saved.
+func TestSavingALargeSnapshotDoesNotHoldItWhole(t *testing.T) {
+	dir := t.TempDir()
+	snap := benchSnapshot(benchCatalog(1000, 10, false))
+	snap.Results[model.LocalCatalog].Catalog.Instances[0].Checks = []model.Check{{CheckID: "c", Status: "passing", Output: "<ok & fine>"}}
+	at := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	if err := SaveSnapshot(dir, snap, at); err != nil { // warm the encoder's caches
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if err := SaveSnapshot(dir, snap, at); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	fi, err := os.Stat(SnapshotPath(dir, "consul"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > uint64(fi.Size())/4 {
+		t.Errorf("saving a %d KiB snapshot allocated %d KiB; want under a quarter of it", fi.Size()>>10, alloc>>10)
+	}
+	got, when, err := LoadSnapshot(dir, "consul")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !when.Equal(at) || !model.EqualResults(got.Results, snap.Results) {
+		t.Error("the snapshot read back differs from the one saved")
+	}
+	data, _ := os.ReadFile(SnapshotPath(dir, "consul"))
+	var v saved
+	if err := json.Unmarshal(data, &v); err != nil || !json.Valid(data) {
+		t.Errorf("not valid JSON: %v", err)
+	}
+}
+
+// Changes that come faster than saveEvery are saved together: the
+// snapshot is encoded whole at each save, megabytes at 1000 services × 10.
+// The last one is saved within saveEvery all the same.
+func TestFastChangesAreSavedTogether(t *testing.T) {
+	dir := t.TempDir()
+	src := newSource("consul")
+	r := newRig(t, dir, lines{}, src)
+	src.send("web=10.0.0.1")
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	start, saves := time.Now(), r.a.saves // Start saved once
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.a.Run(ctx) }()
+	const changes = 10
+	for i := range changes {
+		addr := fmt.Sprintf("10.0.1.%d", i+1)
+		src.send("web=" + addr)
+		testenv.Eventually(t, 5*time.Second, "change applied", func() bool {
+			b, _ := os.ReadFile(r.path)
+			return strings.Contains(string(b), addr+"\n")
+		})
+	}
+	elapsed := time.Since(start)
+	testenv.Eventually(t, 5*time.Second, "the last change saved", func() bool {
+		s, _, err := LoadSnapshot(dir, "consul")
+		return err == nil && len(s.Local().Instances) == 1 && s.Local().Instances[0].Address == "10.0.1.10"
+	})
+	cancel()
+	<-done
+	// Run is done: its counter may be read. At most one save per
+	// saveEvery, and one at the end.
+	if n, most := r.a.saves-saves, 2+int(elapsed/saveEvery); n > most {
+		t.Errorf("%d changes in %s saved %d times; want at most %d", changes, elapsed.Round(time.Millisecond), n, most)
 	}
 }

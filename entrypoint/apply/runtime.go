@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -17,6 +19,38 @@ import (
 type Runtime interface {
 	Apply(ctx context.Context, cmds []string) error
 	ServersState(ctx context.Context) (string, []haproxy.ServerState, error)
+}
+
+// backendStates is a Runtime that reads the state of some backends only
+// (haproxy.Runtime): a change then reads back what it touched, not every
+// server of the configuration.
+type backendStates interface {
+	BackendServersState(ctx context.Context, backends []string) ([]haproxy.ServerState, error)
+}
+
+// touchedState reads back the servers of the backends cmds touched, and
+// returns the slots of want in those backends (all of them, and every
+// server's state, when the Runtime can only read them all).
+func touchedState(ctx context.Context, rt Runtime, want []model.ServerSlot, touched map[string]bool) ([]model.ServerSlot, []haproxy.ServerState, error) {
+	bs, ok := rt.(backendStates)
+	if !ok {
+		_, states, err := rt.ServersState(ctx)
+		return want, states, err
+	}
+	backends := map[string]bool{}
+	for k := range touched {
+		if i := strings.LastIndexByte(k, '/'); i >= 0 {
+			backends[k[:i]] = true
+		}
+	}
+	var in []model.ServerSlot
+	for _, w := range want {
+		if backends[w.Backend] {
+			in = append(in, w)
+		}
+	}
+	states, err := bs.BackendServersState(ctx, slices.Sorted(maps.Keys(backends)))
+	return in, states, err
 }
 
 func slotKey(backend, server string) string { return backend + "/" + server }

@@ -56,11 +56,36 @@ func (a *Applier) take(s model.Snapshot) bool {
 	return true
 }
 
+// saveEvery is the least time between two saves of the snapshots: a
+// catalog can be megabytes of JSON, encoded whole at each save, and
+// changes can come many times a second. What the saves are for (a restart
+// while a source is unreachable) can afford to start a second behind.
+const saveEvery = time.Second
+
 // save writes the snapshots taken since the last save: once per apply,
-// not once per snapshot, since a catalog can be megabytes of JSON.
+// not once per snapshot, and within saveEvery of the last save not at all:
+// saveDue then says when Run saves them.
 func (a *Applier) save() {
+	if a.opts.ReadOnly || len(a.unsaved) == 0 {
+		return
+	}
+	if now := time.Now(); now.Before(a.savedAt.Add(saveEvery)) {
+		if a.saveDue.IsZero() {
+			a.saveDue = a.savedAt.Add(saveEvery)
+		}
+		return
+	}
+	a.saveNow()
+}
+
+// saveNow writes the snapshots taken since the last save.
+func (a *Applier) saveNow() {
 	if a.opts.ReadOnly {
 		return
+	}
+	a.savedAt, a.saveDue = time.Now(), time.Time{}
+	if len(a.unsaved) > 0 {
+		a.saves++
 	}
 	for name := range a.unsaved {
 		if err := SaveSnapshot(a.opts.StateDir, a.latest[name], time.Now()); err != nil {

@@ -3,7 +3,6 @@ package apply
 import (
 	"cmp"
 	"maps"
-	"slices"
 
 	"github.com/seamless-lb/seamless/entrypoint/model"
 )
@@ -22,28 +21,54 @@ type Running struct {
 	ConsulIndex map[string]uint64
 }
 
+// published is what publish hands to Running: the running rendering and
+// the catalog behind it, both never written once made, and the view made
+// from them by the first Running that asked.
+type published struct {
+	rend    *model.Rendering
+	insts   []model.Instance
+	indexes map[string]uint64
+	view    *Running
+}
+
 // Running returns the view of the running rendering (empty before the
-// first one, and for templates without slots).
+// first one, and for templates without slots). It is made on the first
+// call after a change and kept: a change costs the applier no copy of
+// every slot, only /status, which asks far less often, pays for it.
 func (a *Applier) Running() Running {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.view
+	p := &a.published
+	if p.view == nil && p.rend != nil {
+		p.view = runningView(p.rend, p.insts, p.indexes)
+	}
+	if p.view == nil {
+		return Running{}
+	}
+	return *p.view
 }
 
-// publish copies what /status shows of the running rendering; it runs on
-// the applier's goroutine, which owns runRend and applied.
+// publish hands the running rendering to Running; it runs on the
+// applier's goroutine, which owns runRend and applied.
 func (a *Applier) publish() {
 	if a.runRend == nil {
 		return
 	}
-	v := Running{Slots: slices.Clone(a.runRend.Servers), Skipped: slices.Clone(a.runRend.Skipped),
-		Routes: slices.Clone(a.runRend.Routes), ConsulIndex: maps.Clone(a.indexes)}
+	a.mu.Lock()
+	a.published = published{rend: a.runRend, insts: a.applied.Instances, indexes: maps.Clone(a.indexes)}
+	a.mu.Unlock()
+}
+
+func runningView(rend *model.Rendering, insts []model.Instance, indexes map[string]uint64) *Running {
+	// The rendering's own lists: never written once made, and read only
+	// by /status.
+	v := &Running{Slots: rend.Servers, Skipped: rend.Skipped, Routes: rend.Routes, ConsulIndex: indexes}
 	type where struct {
 		id, address string
 		port        int
 	}
-	health := make(map[where]string, len(a.applied.Instances))
-	for _, in := range a.applied.Instances {
+	health := make(map[where]string, len(insts))
+	for _, in := range insts {
 		health[where{in.ID, in.Address, in.Port}] = in.Status
 	}
 	v.Health = make([]string, len(v.Slots))
@@ -52,9 +77,7 @@ func (a *Applier) publish() {
 			v.Health[i] = health[where{s.Instance, s.Address, s.Port}]
 		}
 	}
-	a.mu.Lock()
-	a.view = v
-	a.mu.Unlock()
+	return v
 }
 
 // consulIndexes is, by datacenter, the index of each catalog among qs in

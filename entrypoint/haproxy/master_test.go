@@ -153,3 +153,57 @@ func TestMasterCLIReload(t *testing.T) {
 		t.Fatalf("reload after fixing the config: ok=%v err=%v", res.OK, err)
 	}
 }
+
+// `show servers state <backend>` answers the servers of that backend
+// alone, in the format ServersState parses; an unknown backend is an
+// error, not an empty answer.
+func TestBackendServersStateRealHAProxy(t *testing.T) {
+	bin := testenv.HAProxy(t)
+	rp := startReaper(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "haproxy.cfg")
+	writeConfig(t, cfg, testenv.FreePort(t), "")
+	f, err := os.OpenFile(cfg, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprint(f, "backend web\n    server s1 127.0.0.1:1 disabled\n    server s2 127.0.0.1:2\n"+
+		"backend api\n    server s1 127.0.0.1:3\n")
+	f.Close()
+	sock := filepath.Join(dir, "master.sock")
+	path, _ := exec.LookPath(bin)
+	devnull, _ := os.Open(os.DevNull)
+	defer devnull.Close()
+	master, err := rp.Start(path, []string{bin, "-W", "-db", "-S", sock, "-f", cfg}, &syscall.ProcAttr{
+		Env: CleanEnv(os.Environ()), Files: []uintptr{devnull.Fd(), devnull.Fd(), devnull.Fd()},
+		Sys: &syscall.SysProcAttr{Setpgid: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-master.Pid, syscall.SIGKILL)
+		<-master.Done()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cli := NewMasterCLI(sock)
+	if _, err := cli.WaitShowProc(ctx, func(p Procs) bool { return len(p.Workers) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	rt := Runtime{CLI: cli}
+	got, err := rt.BackendServersState(ctx, []string{"web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range got {
+		names = append(names, fmt.Sprintf("%s/%s:%d:%s", s.Backend, s.Server, s.Port, s.Mode()))
+	}
+	if want := "web/s1:1:maint web/s2:2:ready"; strings.Join(names, " ") != want {
+		t.Errorf("web's servers: %s, want %s", strings.Join(names, " "), want)
+	}
+	if _, err := rt.BackendServersState(ctx, []string{"nope"}); err == nil {
+		t.Error("an unknown backend answered no error")
+	}
+}

@@ -97,6 +97,28 @@ func (r Runtime) ServersState(ctx context.Context) (string, []ServerState, error
 	return out, states, err
 }
 
+// BackendServersState is ServersState for the named backends only, one
+// `show servers state <backend>` each: what a runtime change touched,
+// rather than every server of a configuration that may hold thousands.
+func (r Runtime) BackendServersState(ctx context.Context, backends []string) ([]ServerState, error) {
+	var all []ServerState
+	for _, b := range backends {
+		if b == "" || strings.ContainsAny(b, " \t;\n") {
+			return nil, fmt.Errorf("show servers state: backend %q: not a backend name", b)
+		}
+		out, err := r.CLI.Do(ctx, "@1 show servers state "+b)
+		if err != nil {
+			return nil, fmt.Errorf("show servers state %s: %w", b, err)
+		}
+		states, err := ParseServersState(out)
+		if err != nil {
+			return nil, fmt.Errorf("backend %s: %w", b, err)
+		}
+		all = append(all, states...)
+	}
+	return all, nil
+}
+
 // ParseServersState reads the output of `show servers state` (format 1),
 // by the column names of its header.
 func ParseServersState(out string) ([]ServerState, error) {

@@ -3,6 +3,7 @@ package model
 import (
 	"cmp"
 	"maps"
+	"reflect"
 	"slices"
 )
 
@@ -47,6 +48,17 @@ func Merge(snaps map[string]Snapshot, order []string) State {
 	slices.Sort(names[len(order):])
 
 	results := map[Query]Result{}
+	if only := soleCatalog(snaps); only != nil {
+		for _, n := range names {
+			for q, r := range snaps[n].Results {
+				if _, dup := results[q]; !dup && q != LocalCatalog {
+					results[q] = r
+				}
+			}
+		}
+		results[LocalCatalog] = Result{Catalog: only}
+		return State{results: results}
+	}
 	var local *Catalog
 	type instKey struct {
 		name, address string
@@ -104,14 +116,61 @@ func Merge(snaps map[string]Snapshot, order []string) State {
 	return State{results: results}
 }
 
+// soleCatalog returns the one local catalog of snaps when it is already
+// what merging it would make (sorted, no instance twice at one address,
+// no node twice): the merged state then shares it rather than copy every
+// instance at every change. Snapshots are never written once sent.
+func soleCatalog(snaps map[string]Snapshot) *Catalog {
+	var only *Catalog
+	for _, snap := range snaps {
+		if r, ok := snap.Results[LocalCatalog]; ok {
+			if only != nil || r.Catalog == nil {
+				return nil
+			}
+			only = r.Catalog
+		}
+	}
+	if only == nil || !slices.IsSortedFunc(only.Nodes, compareNodes) ||
+		!slices.IsSortedFunc(only.Instances, compareInstances) {
+		return nil
+	}
+	for i := 1; i < len(only.Nodes); i++ {
+		if only.Nodes[i].Name == only.Nodes[i-1].Name {
+			return nil
+		}
+	}
+	// Sorted by name first: an instance twice at one address is twice
+	// within one service.
+	for i := 0; i < len(only.Instances); {
+		j := i + 1
+		for j < len(only.Instances) && only.Instances[j].Name == only.Instances[i].Name {
+			j++
+		}
+		svc := only.Instances[i:j]
+		for a := range svc {
+			for b := a + 1; b < len(svc); b++ {
+				if svc[a].Address == svc[b].Address && svc[a].Port == svc[b].Port {
+					return nil
+				}
+			}
+		}
+		i = j
+	}
+	return only
+}
+
+func compareNodes(a, b Node) int { return cmp.Compare(a.Name, b.Name) }
+
+func compareInstances(a, b Instance) int {
+	return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Node, b.Node),
+		cmp.Compare(a.Address, b.Address), cmp.Compare(a.Port, b.Port), cmp.Compare(a.ID, b.ID))
+}
+
 // SortCatalog orders nodes by name and instances by service name, node,
 // address, port and ID.
 func SortCatalog(c *Catalog) {
-	slices.SortFunc(c.Nodes, func(a, b Node) int { return cmp.Compare(a.Name, b.Name) })
-	slices.SortFunc(c.Instances, func(a, b Instance) int {
-		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Node, b.Node),
-			cmp.Compare(a.Address, b.Address), cmp.Compare(a.Port, b.Port), cmp.Compare(a.ID, b.ID))
-	})
+	slices.SortFunc(c.Nodes, compareNodes)
+	slices.SortFunc(c.Instances, compareInstances)
 }
 
 // EqualInstances reports whether a and b hold the same instances in the
@@ -119,17 +178,37 @@ func SortCatalog(c *Catalog) {
 // service whose instances did not change. It compares field by field
 // (reflect.DeepEqual costs more than the work it would save).
 func EqualInstances(a, b []Instance) bool {
-	return slices.EqualFunc(a, b, equalInstance)
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a { // by pointer: an Instance is some 300 bytes
+		if !equalInstance(&a[i], &b[i]) {
+			return false
+		}
+	}
+	return true
 }
 
-func equalInstance(a, b Instance) bool {
+func equalInstance(a, b *Instance) bool {
 	return a.Source == b.Source && a.Datacenter == b.Datacenter && a.Node == b.Node && a.NodeID == b.NodeID &&
 		a.NodeAddress == b.NodeAddress && a.ID == b.ID && a.Name == b.Name && a.Kind == b.Kind &&
 		a.Namespace == b.Namespace && a.Address == b.Address && a.Port == b.Port && a.Weight == b.Weight &&
 		a.WarningWeight == b.WarningWeight && a.Status == b.Status && a.Registered == b.Registered &&
-		slices.Equal(a.Tags, b.Tags) && slices.Equal(a.Checks, b.Checks) &&
-		maps.Equal(a.Meta, b.Meta) && maps.Equal(a.TaggedAddresses, b.TaggedAddresses) &&
-		maps.Equal(a.NodeMeta, b.NodeMeta) && maps.Equal(a.NodeTaggedAddresses, b.NodeTaggedAddresses)
+		equalSlices(a.Tags, b.Tags) && equalSlices(a.Checks, b.Checks) &&
+		equalMaps(a.Meta, b.Meta) && equalMaps(a.TaggedAddresses, b.TaggedAddresses) &&
+		equalMaps(a.NodeMeta, b.NodeMeta) && equalMaps(a.NodeTaggedAddresses, b.NodeTaggedAddresses)
+}
+
+// equalSlices and equalMaps take the same list or map for equal without
+// reading it: consecutive catalogs of a source share those of every
+// instance that did not change.
+func equalSlices[E comparable](a, b []E) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0] || slices.Equal(a, b))
+}
+
+func equalMaps(a, b map[string]string) bool {
+	return len(a) == len(b) && (len(a) == 0 ||
+		reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer() || maps.Equal(a, b))
 }
 
 // EqualResults reports whether two sets of answers are the same, as

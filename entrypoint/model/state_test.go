@@ -87,3 +87,34 @@ func TestEqualResultsSeesEveryNodeField(t *testing.T) {
 		t.Error("a key gone is not seen")
 	}
 }
+
+// The local catalog of a single source, sorted and without an instance
+// twice, is the merged one itself, not a copy made at every change; with a
+// duplicate, or unsorted, it is merged as before.
+func TestMergeOfOneSourceSharesItsCatalog(t *testing.T) {
+	in := func(name, node, addr string, port int) Instance {
+		return Instance{Source: "consul", Name: name, ID: name + "-" + node, Node: node, Address: addr, Port: port}
+	}
+	kv := Query{Kind: QueryKey, Key: "k"}
+	snap := func(c *Catalog) map[string]Snapshot {
+		return map[string]Snapshot{"consul": {Source: "consul", Results: map[Query]Result{
+			LocalCatalog: {Catalog: c}, kv: {Pairs: []KVPair{{Key: "k", Value: "v"}}}}}}
+	}
+	sorted := &Catalog{Datacenter: "dc1", Nodes: []Node{{Name: "n1"}, {Name: "n2"}},
+		Instances: []Instance{in("api", "n1", "10.0.0.1", 80), in("web", "n1", "10.0.0.1", 80), in("web", "n2", "10.0.0.2", 80)}}
+	st := Merge(snap(sorted), []string{"consul"})
+	if r, _ := st.Result(LocalCatalog); r.Catalog != sorted {
+		t.Error("the sole sorted catalog was copied")
+	}
+	if r, _ := st.Result(kv); len(r.Pairs) != 1 {
+		t.Errorf("the other answers: %+v", r)
+	}
+	dup := &Catalog{Instances: []Instance{in("web", "n1", "10.0.0.1", 80), in("web", "n2", "10.0.0.1", 80)}}
+	if got := Merge(snap(dup), []string{"consul"}).Local(); len(got.Instances) != 1 {
+		t.Errorf("an instance twice at one address: merged to %d instances, want 1", len(got.Instances))
+	}
+	unsorted := &Catalog{Instances: []Instance{in("web", "n1", "10.0.0.1", 80), in("api", "n1", "10.0.0.1", 80)}}
+	if got := Merge(snap(unsorted), []string{"consul"}).Local(); got.Instances[0].Name != "api" {
+		t.Errorf("an unsorted catalog was not sorted: %+v", got.Instances)
+	}
+}

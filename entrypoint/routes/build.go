@@ -167,7 +167,7 @@ func buildCached(c model.Catalog, p Policy, cache *serviceCache) (Routes, []Skip
 	if cache != nil {
 		cache.mu.Lock()
 		defer cache.mu.Unlock()
-		old, next = cache.byName, map[string]builtService{}
+		old, next = cache.byName, make(map[string]builtService, len(cache.byName))
 		defer func() { cache.byName = next }()
 	}
 	order := func(a, b model.Instance) int {
@@ -196,8 +196,12 @@ func buildCached(c model.Catalog, p Policy, cache *serviceCache) (Routes, []Skip
 			if !hit || !model.EqualInstances(b.insts, insts[i:j]) {
 				var own skips
 				cand, ok = buildService(insts[i:j], p, &own)
-				b = builtService{insts: slices.Clone(insts[i:j]), cand: cand, ok: ok, skips: own.list}
+				b = builtService{cand: cand, ok: ok, skips: own.list}
 			}
+			// The catalog's own instances, never written, not a copy:
+			// every entry moves to the newest catalog, so the cache pins
+			// no older one.
+			b.insts = insts[i:j:j]
 			next[name] = b
 			cand, ok = b.cand, b.ok
 			for _, k := range b.skips {

@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -276,6 +277,46 @@ func TestBuildIgnoresInstanceOrder(t *testing.T) {
 		got, gotSk := build(shuffled...)
 		if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(gotSk, wantSk) {
 			t.Fatalf("order changed the result:\n%+v\n%+v", got, want)
+		}
+	}
+}
+
+// The service cache holds the instances of the catalog it last rendered,
+// not a copy of them, and moves to each new catalog: it pins no older one.
+func TestTheServiceCacheHoldsTheNewestCatalog(t *testing.T) {
+	r := mustNew(t, Options{HTTPBind: "127.0.0.1:18080", Slots: 4})
+	mk := func() []model.Instance {
+		return []model.Instance{inst("api", "api-1", "10.0.0.1", 80, "seamless.http.host=api.example"),
+			inst("web", "web-1", "10.0.0.2", 80, "seamless.http.host=web.example")}
+	}
+	for range 2 {
+		insts := mk()
+		render(t, r, catalog(insts...))
+		for i, name := range []string{"api", "web"} {
+			if got := r.services.byName[name].insts; len(got) != 1 || &got[0] != &insts[i] {
+				t.Errorf("service %s: the cache holds a copy of its instances, or an older catalog's", name)
+			}
+		}
+	}
+}
+
+// The memo of checked strings forgets what renderings no longer check:
+// a churn of service names does not grow it.
+func TestCheckedStringsAreForgotten(t *testing.T) {
+	r := mustNew(t, Options{HTTPBind: "127.0.0.1:18080", Slots: 4})
+	most := 0
+	for i := range 50 {
+		var insts []model.Instance
+		for j := range 5 {
+			name := fmt.Sprintf("svc%d-%d", i, j)
+			insts = append(insts, inst(name, name+"-1", "10.0.0.1", 80, "seamless.http.host="+name+".example"))
+		}
+		render(t, r, catalog(insts...))
+		if i == 0 {
+			most = 3 * len(r.checked.seen)
+		}
+		if n := len(r.checked.seen); n > most {
+			t.Fatalf("rendering %d: %d checked strings kept, want at most %d", i, n, most)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"regexp"
 	"strconv"
@@ -35,6 +36,7 @@ type Renderer struct {
 	frags     fragments    // the backends' text by their inputs
 	services  serviceCache // each service's routes by its instances
 	servers   slotCache    // each backend's servers by its slots
+	plans     planCache    // each backend's unchanged plan by its servers
 	checked   checked      // the strings the last rendering checked
 	now       func() time.Time
 	log       *slog.Logger
@@ -158,7 +160,9 @@ func (r *Renderer) fillSlots(out *model.Rendering, v view) {
 	}
 	out.Servers = make([]model.ServerSlot, 0, n)
 	for _, b := range v.Backends {
+		from := len(out.Servers)
 		out.Servers = append(out.Servers, b.slots...)
+		r.servers.share(b.Name, out.Servers[from:len(out.Servers):len(out.Servers)])
 		if !b.recheck.IsZero() && (out.Recheck.IsZero() || b.recheck.Before(out.Recheck)) {
 			out.Recheck = b.recheck
 		}
@@ -222,10 +226,15 @@ func check(what string, re *regexp.Regexp, s string) error {
 
 // checked memoises check for the strings of the last rendering: most of
 // them (every backend's name, every host) are the same from one change to
-// the next. It keeps only what the last rendering checked.
+// the next. It keeps only what the last rendering checked: each entry
+// holds the rendering that last checked it, and the others are swept out
+// when they are as many as the kept ones (a map kept and updated in place
+// costs a rendering far less than a new one filled).
 type checked struct {
-	mu         sync.Mutex
-	last, next map[checkKey]bool
+	mu   sync.Mutex
+	gen  uint64 // the rendering now checking
+	seen map[checkKey]uint64
+	hits int // entries checked by the current rendering
 }
 
 type checkKey struct {
@@ -236,16 +245,21 @@ type checkKey struct {
 func (c *checked) check(what string, re *regexp.Regexp, s string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.next == nil {
-		c.next = map[checkKey]bool{}
+	if c.seen == nil {
+		c.seen, c.gen = map[checkKey]uint64{}, 1
 	}
 	k := checkKey{re, s}
-	if !c.last[k] {
+	g, ok := c.seen[k]
+	if g == c.gen {
+		return nil
+	}
+	if !ok || g != c.gen-1 { // checked by no rendering kept
 		if err := check(what, re, s); err != nil {
 			return err
 		}
 	}
-	c.next[k] = true
+	c.seen[k] = c.gen
+	c.hits++
 	return nil
 }
 
@@ -253,7 +267,11 @@ func (c *checked) check(what string, re *regexp.Regexp, s string) error {
 func (c *checked) done() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.last, c.next = c.next, nil
+	if len(c.seen) > 2*c.hits {
+		maps.DeleteFunc(c.seen, func(_ checkKey, g uint64) bool { return g != c.gen })
+	}
+	c.gen++
+	c.hits = 0
 }
 
 // view checks every string of rt for the template and places the servers
@@ -298,7 +316,8 @@ func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
 	}
 	committed := r.table.committedBackends()
 	defer r.servers.done()
-	plan := slotPlan{backends: map[string][]slot{}}
+	defer r.plans.done()
+	plan := slotPlan{backends: make(map[string][]slot, len(committed))}
 	for _, s := range rt.Services {
 		for _, b := range []struct {
 			name string
@@ -311,7 +330,7 @@ func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
 			vb := viewBackend{Name: b.name, TCP: b.tcp}
 			if r.slots > 0 {
 				var held []slot
-				held, vb.recheck = planSlots(committed[b.name], s.Servers, r.slots, r.drain, now)
+				held, vb.recheck = r.plans.plan(b.name, committed[b.name], s.Servers, r.slots, r.drain, now)
 				plan.backends[b.name] = held
 				vb.Servers, vb.slots = r.servers.of(b.name, held)
 			} else {

@@ -135,6 +135,56 @@ func planSlots(committed []slot, servers []Server, minSlots int, drain time.Dura
 	return slots, recheck
 }
 
+// planCache remembers, per backend, the servers it last planned and the
+// slots it proposed, when planning changed nothing and nothing drains.
+// Planning those slots (once committed) with the same servers again
+// proposes them again unchanged (every slot holds one of the servers, each
+// server a slot), so a backend whose servers did not change costs a
+// lookup, not a plan: one change does not re-plan a thousand backends.
+// Identity is by slice: the committed table's slices are never written
+// (SlotTable), nor are the servers the service cache hands out.
+type planCache struct {
+	mu         sync.Mutex
+	last, next map[string]plannedAs
+	planned    int // backends planned (not found in the cache)
+}
+
+type plannedAs struct {
+	servers []Server
+	slots   []slot
+}
+
+// plan is planSlots(committed, servers, …), from the cache when it can be.
+func (c *planCache) plan(backend string, committed []slot, servers []Server, minSlots int, drain time.Duration, now time.Time) ([]slot, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.next == nil {
+		c.next = make(map[string]plannedAs, len(c.last))
+	}
+	if p, ok := c.last[backend]; ok && sameSlice(p.servers, servers) && sameSlice(p.slots, committed) {
+		c.next[backend] = p
+		return committed, time.Time{}
+	}
+	slots, recheck := planSlots(committed, servers, minSlots, drain, now)
+	c.planned++
+	if recheck.IsZero() && sameSlice(slots, committed) {
+		c.next[backend] = plannedAs{servers: servers, slots: slots}
+	}
+	return slots, recheck
+}
+
+// done ends a rendering: what it did not plan is forgotten.
+func (c *planCache) done() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.last, c.next = c.next, nil
+}
+
+// sameSlice reports whether a and b are the same non-empty slice.
+func sameSlice[E any](a, b []E) bool {
+	return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
+}
+
 // slotKey is what holds a slot: the instance at its address. An instance
 // that moves (re-registered at another address or port) takes another
 // slot and its old one drains, rather than the slot's address changing
@@ -149,9 +199,11 @@ func (s Server) slotKey() string { return s.Instance + "@" + s.Addr() }
 // Instance IDs are unique within a service.
 func indexServers(servers []Server) func(string) int {
 	if len(servers) <= 32 {
-		return func(id string) int {
-			return slices.IndexFunc(servers, func(s Server) bool { return s.slotKey() == id })
+		keys := make([]string, len(servers)) // a key is a concatenation: make each once
+		for j, s := range servers {
+			keys[j] = s.slotKey()
 		}
+		return func(id string) int { return slices.Index(keys, id) }
 	}
 	m := make(map[string]int, len(servers))
 	for j, s := range servers {
@@ -240,7 +292,7 @@ func (c *slotCache) of(backend string, slots []slot) ([]viewServer, []model.Serv
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.next == nil {
-		c.next = map[string]slotServersOf{}
+		c.next = make(map[string]slotServersOf, len(c.last))
 	}
 	e, ok := c.last[backend]
 	if !ok || len(e.slots) != len(slots) || len(slots) == 0 || &e.slots[0] != &slots[0] {
@@ -249,6 +301,19 @@ func (c *slotCache) of(backend string, slots []slot) ([]viewServer, []model.Serv
 	}
 	c.next[backend] = e
 	return e.vs, e.ms
+}
+
+// share makes the backend's cached slots the rendering's copy of them,
+// which describes them the same and is never written: the slots of every
+// backend are then held once, by the rendering, not once more here. Call
+// it after the rendering's done.
+func (c *slotCache) share(backend string, ms []model.ServerSlot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.last[backend]; ok && len(e.ms) == len(ms) {
+		e.ms = ms
+		c.last[backend] = e
+	}
 }
 
 // done ends a rendering: what it did not ask for is forgotten.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,5 +124,56 @@ func TestAMovedInstanceTakesAnotherSlot(t *testing.T) {
 	}
 	if s1, s3 := after.Servers[0], after.Servers[2]; s1.Port != 8080 || s3.Port != 9090 {
 		t.Errorf("s1 at port %d (want the old 8080, draining), s3 at %d (want 9090)", s1.Port, s3.Port)
+	}
+}
+
+// A change to one instance re-plans the slots of its backend only; the
+// other backends' servers are the slices they were planned from, and
+// their committed slots are those the plan proposed.
+func TestOneChangePlansOneBackend(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	r := mustNew(t, Options{HTTPBind: "127.0.0.1:18080", Slots: 4, DrainTimeout: 10 * time.Second,
+		Now: func() time.Time { return now }})
+	var insts []model.Instance
+	for s := range 50 {
+		for i := range 3 {
+			insts = append(insts, inst(fmt.Sprintf("svc%02d", s), fmt.Sprintf("svc%02d-%d", s, i),
+				fmt.Sprintf("10.0.%d.%d", s, i+1), 8080, fmt.Sprintf("seamless.http.host=svc%02d.example", s)))
+		}
+	}
+	render(t, r, catalog(insts...))
+	render(t, r, catalog(insts...))
+	before := r.plans.planned
+	insts = slices.Clone(insts) // a rendered catalog is never written
+	insts[70].Port = 9090       // svc23 moves: its old slot drains
+	moved := render(t, r, catalog(insts...))
+	if n := r.plans.planned - before; n != 1 {
+		t.Errorf("one instance moved: planned %d backends, want 1", n)
+	}
+	if got := slotStates(moved); !strings.Contains(got, "svc23-1:drain") {
+		t.Errorf("the moved instance's old slot does not drain: %s", got)
+	}
+	before = r.plans.planned
+	render(t, r, catalog(insts...))
+	if n := r.plans.planned - before; n != 1 {
+		t.Errorf("nothing changed while one backend drains: planned %d backends, want that one", n)
+	}
+}
+
+// The slots of each backend are held once: the cache that spares an
+// unchanged backend its description holds the rendering's own.
+func TestTheSlotCacheHoldsTheRenderingsSlots(t *testing.T) {
+	r := mustNew(t, Options{HTTPBind: "127.0.0.1:18080", Slots: 4})
+	for range 2 {
+		out := render(t, r, catalog(inst("api", "api-1", "10.0.0.1", 80, "seamless.http.host=api.example"),
+			inst("web", "web-1", "10.0.0.2", 80, "seamless.http.host=web.example")))
+		for i, s := range out.Servers {
+			if i%4 != 0 {
+				continue
+			}
+			if ms := r.servers.last[s.Backend].ms; len(ms) != 4 || &ms[0] != &out.Servers[i] {
+				t.Errorf("backend %s: the cache holds a copy of its slots", s.Backend)
+			}
+		}
 	}
 }

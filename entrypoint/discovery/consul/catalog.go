@@ -229,7 +229,16 @@ func (f *catalogFetcher) datacenterOf(ctx context.Context, dump []*nodeInfo) (st
 // peers are left out (queries name no peer), as are instances without
 // tagFilter, when set. The result is sorted.
 func convertDump(dump []*nodeInfo, dc, tagFilter string) *model.Catalog {
-	cat := &model.Catalog{Datacenter: dc}
+	// Sized once: grown by appending, the instances of a small answer
+	// (one service's) would keep up to twice the room they need.
+	nodes, services := 0, 0
+	for _, n := range dump {
+		if n != nil {
+			nodes++
+			services += len(n.Services)
+		}
+	}
+	cat := &model.Catalog{Datacenter: dc, Nodes: make([]model.Node, 0, nodes), Instances: make([]model.Instance, 0, services)}
 	for _, n := range dump {
 		if n == nil || n.PeerName != "" {
 			continue
@@ -299,6 +308,7 @@ func convertDump(dump []*nodeInfo, dc, tagFilter string) *model.Catalog {
 			cat.Instances = append(cat.Instances, in)
 		}
 	}
+	cat.Nodes, cat.Instances = nilIfNone(cat.Nodes), nilIfNone(cat.Instances)
 	model.SortCatalog(cat)
 	return cat
 }

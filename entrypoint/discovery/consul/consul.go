@@ -230,12 +230,7 @@ func New(cfg Config, log *slog.Logger) (*Source, error) {
 	// the client's pooled transport GOMAXPROCS+1), each would open a new
 	// TCP connection.
 	if t, ok := next.(*http.Transport); ok {
-		t = t.Clone()
-		keep := cfg.Watches + 16 // and the KV watches
-		t.MaxIdleConnsPerHost = max(t.MaxIdleConnsPerHost, keep)
-		if t.MaxIdleConns != 0 {
-			t.MaxIdleConns = max(t.MaxIdleConns, keep)
-		}
+		t = holdingTransport(t, cfg.Watches+16) // and the KV watches
 		if len(hosts) > 1 {
 			t.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
 		}

@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/hashicorp/consul/api"
 
 	"github.com/seamless-lb/seamless/entrypoint/model"
 )
@@ -19,7 +22,26 @@ const (
 	// catalog: room under an agent's default http_max_conns_per_client
 	// of 200 for KV watches and other clients on the same address.
 	DefaultWatches = 128
+	// connReadBuffer and connWriteBuffer size the buffers of each
+	// connection to the agent: a request is a few hundred bytes, and a
+	// read larger than the buffer bypasses it.
+	connReadBuffer  = 1 << 10
+	connWriteBuffer = 512
 )
+
+// holdingTransport is a copy of t fit to hold a blocking query on each of
+// keep connections: as many idle connections kept, and small buffers,
+// which each held connection keeps for as long as its query waits (Go's
+// default is 4 KiB each way: 8 MiB at 1,000 watches).
+func holdingTransport(t *http.Transport, keep int) *http.Transport {
+	t = t.Clone()
+	t.MaxIdleConnsPerHost = max(t.MaxIdleConnsPerHost, keep)
+	if t.MaxIdleConns != 0 {
+		t.MaxIdleConns = max(t.MaxIdleConns, keep)
+	}
+	t.ReadBufferSize, t.WriteBufferSize = connReadBuffer, connWriteBuffer
+	return t
+}
 
 // partKind says what a sub-watch of a per-service catalog reads.
 type partKind int
@@ -48,6 +70,7 @@ type event struct {
 	nodes     []model.Node
 	dcName    string
 	instances []model.Instance
+	entries   []*api.ServiceEntry // the answer of a health query, until converted
 }
 
 // overBudget: the catalog has more services than the budget of blocking
@@ -85,6 +108,7 @@ type splitCatalog struct {
 	dirty           bool // a part changed since the last assembly
 	last            *model.Catalog
 	warnedACL       atomic.Bool
+	converted       atomic.Uint64 // health answers converted
 	// stale holds why each sub-watch's latest answer was refused as
 	// stale; a sub-watch that answers well again leaves it.
 	stale map[*sub]string
@@ -275,6 +299,9 @@ func (c *splitCatalog) apply(ev event) *overBudget {
 			c.dcName = ev.dcName
 		}
 	case partHealth:
+		if old, had := c.parts[ev.sub.name]; had && model.EqualInstances(old, ev.instances) {
+			return nil
+		}
 		c.parts[ev.sub.name], c.dirty = ev.instances, true
 	}
 	return nil
@@ -299,7 +326,14 @@ func (c *splitCatalog) assemble() *model.Catalog {
 	if n > 0 {
 		cat.Instances = make([]model.Instance, 0, n)
 		for _, name := range c.order {
+			from := len(cat.Instances)
 			cat.Instances = append(cat.Instances, c.parts[name]...)
+			// The part is the catalog's slice from now on: each service's
+			// instances are held once, not once more for the next
+			// assembly. A catalog is never written once made.
+			if p, ok := c.parts[name]; ok && len(p) > 0 {
+				c.parts[name] = cat.Instances[from:len(cat.Instances):len(cat.Instances)]
+			}
 		}
 	}
 	return cat

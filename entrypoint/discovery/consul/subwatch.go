@@ -2,6 +2,8 @@ package consul
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"reflect"
 
@@ -65,6 +67,13 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 		}
 		moved := cur.answered(index, log, c.what(sb))
 		ev.index = index
+		if sb.kind == partHealth && (moved || !have) {
+			// Only an answer that can differ is converted: most answers
+			// of a thousand services are waits that ran out.
+			ev.instances = convertEntries(ev.entries, c.dc, c.s.cfg.TagFilter)
+			c.converted.Add(1)
+		}
+		ev.entries = nil
 		if moved || !have {
 			var now any
 			switch sb.kind {
@@ -73,7 +82,10 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 			case partNodes:
 				now = ev.nodes
 			default:
-				now = ev.instances
+				// A digest, not the instances: fetch holds them, and a
+				// second copy of every service's here would cost as much
+				// again.
+				now = digest(ev.instances)
 			}
 			ev.changed = !have || !reflect.DeepEqual(prev, now)
 			prev, have = now, true
@@ -149,13 +161,23 @@ func (c *splitCatalog) read(ctx context.Context, sb *sub, index uint64) (event, 
 		if err != nil {
 			return ev, 0, fmt.Errorf("reading service %q: %w", sb.name, err)
 		}
-		ev.instances = convertEntries(entries, c.dc, c.s.cfg.TagFilter)
+		ev.entries = entries
 	}
 	if meta.ResultsFilteredByACLs && sb.kind != partHealth && c.warnedACL.CompareAndSwap(false, true) {
 		c.s.log.Warn("the token may not read all of the catalog; Consul left out what it may not read",
 			"query", c.what(sb))
 	}
 	return ev, meta.LastIndex, nil
+}
+
+// digest identifies converted instances, every field (the JSON of a map
+// is sorted by key).
+func digest(insts []model.Instance) [sha256.Size]byte {
+	h := sha256.New()
+	_ = json.NewEncoder(h).Encode(insts) // plain data: it cannot fail
+	var d [sha256.Size]byte
+	h.Sum(d[:0])
+	return d
 }
 
 // convertEntries converts the health of one service as the node dump's

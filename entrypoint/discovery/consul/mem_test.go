@@ -1,0 +1,119 @@
+package consul
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+	"github.com/seamless-lb/seamless/internal/testenv"
+)
+
+// One service's answer converts to instances that keep no spare room: a
+// per-service catalog holds a thousand of them for as long as it runs,
+// and appending one at a time left up to twice the room needed (16 for 10).
+func TestConvertedInstancesKeepNoSpareRoom(t *testing.T) {
+	for _, n := range []int{1, 3, 10, 17} {
+		var entries []*api.ServiceEntry
+		for i := range n {
+			node := fmt.Sprintf("node-%d", i)
+			entries = append(entries, &api.ServiceEntry{
+				Node:    &api.Node{Node: node, Address: "10.0.0.1"},
+				Service: &api.AgentService{ID: "web", Service: "web", Port: 8080 + i},
+				Checks:  api.HealthChecks{{Node: node, CheckID: "web-http", Status: api.HealthPassing, ServiceID: "web"}},
+			})
+		}
+		got := convertEntries(entries, "dc1", "")
+		if len(got) != n || cap(got) != n {
+			t.Errorf("%d entries: %d instances with room for %d, want %d and no more", n, len(got), cap(got), n)
+		}
+	}
+}
+
+// The connections that hold blocking queries keep small buffers: one per
+// watched service, each waiting for minutes.
+func TestHeldConnectionsKeepSmallBuffers(t *testing.T) {
+	rt := holdingTransport(http.DefaultTransport.(*http.Transport), 1016)
+	if rt.ReadBufferSize == 0 || rt.ReadBufferSize > 1024 || rt.WriteBufferSize == 0 || rt.WriteBufferSize > 1024 {
+		t.Errorf("buffers of %d bytes to read and %d to write per connection; want at most 1 KiB each",
+			rt.ReadBufferSize, rt.WriteBufferSize)
+	}
+	if rt.MaxIdleConnsPerHost < 1016 {
+		t.Errorf("%d idle connections kept, want one per watch", rt.MaxIdleConnsPerHost)
+	}
+}
+
+// A per-service catalog holds each service's instances once: after an
+// assembly its parts are the catalog's own slices, and the sub-watch that
+// answered keeps no copy to compare the next answer with (fetch compares
+// with the part). An answer equal to the part changes nothing.
+func TestSplitCatalogHoldsEachInstanceOnce(t *testing.T) {
+	c := &splitCatalog{s: &Source{}, health: map[string]*sub{}, parts: map[string][]model.Instance{}}
+	for _, name := range []string{"api", "web"} {
+		c.health[name] = &sub{kind: partHealth, name: name}
+		c.order = append(c.order, name)
+	}
+	answer := func(name string, ports ...int) event {
+		ev := event{sub: c.health[name], changed: true}
+		for i, p := range ports {
+			ev.instances = append(ev.instances, model.Instance{Source: Name, Name: name,
+				ID: fmt.Sprintf("n%d/%s", i, name), Node: fmt.Sprintf("n%d", i), Address: "10.0.0.1", Port: p})
+		}
+		return ev
+	}
+	c.apply(answer("api", 80))
+	c.apply(answer("web", 80, 81))
+	cat := c.assemble()
+	c.dirty = false
+	if &c.parts["api"][0] != &cat.Instances[0] || &c.parts["web"][0] != &cat.Instances[1] {
+		t.Error("the parts are copies of the catalog's instances, not its own")
+	}
+	c.apply(answer("web", 80, 81))
+	if c.dirty {
+		t.Error("an answer equal to the part held marked the catalog changed")
+	}
+	c.apply(answer("web", 80, 82))
+	if !c.dirty {
+		t.Error("a changed answer left the catalog unchanged")
+	}
+	next := c.assemble()
+	if next.Instances[2].Port != 82 || cat.Instances[2].Port != 81 {
+		t.Error("the next assembly changed the catalog sent before")
+	}
+}
+
+// A health answer whose index did not move (a wait that ran out: most
+// answers of a thousand watched services) is not converted again.
+func TestAnUnmovedAnswerIsNotConvertedAgain(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		health int
+	)
+	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/health/service/s" {
+			stubCatalog(w, r)
+			return
+		}
+		mu.Lock()
+		health++
+		mu.Unlock()
+		w.Header().Set("X-Consul-Index", "7") // at once, as if the wait ran out
+		fmt.Fprint(w, healthOf("a"))
+	})
+	r := startSource(t, addr, Config{}, model.LocalCatalog)
+	r.waitFor("s", func(s model.Snapshot) bool { return len(instances(s, "s")) == 1 })
+	testenv.Eventually(t, wait, "five answers", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return health >= 5
+	})
+	r.src.mu.Lock()
+	split := r.src.watches[model.LocalCatalog].f.(*catalogFetcher).split
+	r.src.mu.Unlock()
+	if n := split.converted.Load(); n != 1 {
+		t.Errorf("%d answers converted, want the first alone", n)
+	}
+}
