@@ -51,7 +51,7 @@ func TestHeldConnectionsKeepSmallBuffers(t *testing.T) {
 // answered keeps no copy to compare the next answer with (fetch compares
 // with the part). An answer equal to the part changes nothing.
 func TestSplitCatalogHoldsEachInstanceOnce(t *testing.T) {
-	c := &splitCatalog{s: &Source{}, health: map[string]*sub{}, parts: map[string][]model.Instance{}}
+	c := &splitCatalog{s: &Source{}, health: map[string]*sub{}, parts: map[string][]model.Instance{}, indexes: map[*sub]uint64{}}
 	for _, name := range []string{"api", "web"} {
 		c.health[name] = &sub{kind: partHealth, name: name}
 		c.order = append(c.order, name)
