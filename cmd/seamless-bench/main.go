@@ -8,9 +8,11 @@
 //	seamless-bench peer [flags]          side by side with consul-template: change →
 //	                                     rendered file (and served), Consul bytes and
 //	                                     CPU per change, RSS
+//	seamless-bench soak [flags]          one seamless under continuous churn for
+//	                                     -duration: leaks, lost requests, final config
 //
 // The discovery benchmarks are described in propagation.go, scale.go and
-// peer.go.
+// peer.go, the soak in soak.go.
 //
 // `reload`:
 //
@@ -69,10 +71,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return runScale(ctx, args[2:], stdout, stderr)
 		case "peer":
 			return runPeer(ctx, args[2:], stdout, stderr)
+		case "soak":
+			return runSoak(ctx, args[2:], stdout, stderr)
 		}
 	}
 	name := filepath.Base(args[0])
-	fmt.Fprintf(stderr, "usage: %s reload|propagation|scale|peer [flags]  (see %s COMMAND -h)\n", name, name)
+	fmt.Fprintf(stderr, "usage: %s reload|propagation|scale|peer|soak [flags]  (see %s COMMAND -h)\n", name, name)
 	return 2
 }
 
