@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -252,6 +253,10 @@ func (r *soakRun) run(ctx context.Context) error {
 		fmt.Fprintf(r.stdout, "  goroutines %.0f (start %.0f), fds %d (start %d), haproxy procs %d (start %d), rss %.1f MiB (start %.1f)\n",
 			end.goroutines, first.goroutines, end.fds, first.fds, end.haproxy, first.haproxy,
 			float64(end.rss)/(1<<20), float64(first.rss)/(1<<20))
+	}
+	fmt.Fprintf(r.stdout, "seamless's log: %s\n", r.d.logSummary())
+	for _, l := range alerts(r.d.logPath, 10) {
+		fmt.Fprintf(r.stdout, "  %s\n", l)
 	}
 	if len(r.failures) > 0 {
 		fmt.Fprintf(r.stdout, "FAIL: %s\n", strings.Join(r.failures, "; "))
@@ -522,6 +527,33 @@ func (r *soakRun) freshRender(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("seamless render: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	return stdout.Bytes(), nil
+}
+
+// alerts returns up to n of HAProxy's [ALERT] lines from seamless's JSON
+// log, so that the report says what they were after the run's directory
+// is gone.
+func alerts(logPath string, n int) []string {
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for line := range strings.Lines(string(b)) {
+		var rec struct {
+			Time      time.Time `json:"time"`
+			Msg       string    `json:"msg"`
+			Component string    `json:"component"`
+		}
+		if json.Unmarshal([]byte(line), &rec) != nil || rec.Component != "haproxy" || !strings.Contains(rec.Msg, "[ALERT]") {
+			continue
+		}
+		if len(out) == n {
+			out = append(out, "...")
+			break
+		}
+		out = append(out, rec.Time.Format("15:04:05.000")+" "+rec.Msg)
+	}
+	return out
 }
 
 // firstDiff names the first line where a and b differ.

@@ -267,3 +267,20 @@ func TestSoakTemplateAndFilesPassHAProxy(t *testing.T) {
 		}
 	}
 }
+
+func TestAlertsPicksHAProxysAlerts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "seamless.log")
+	log := `{"time":"2026-12-01T03:19:32.5Z","level":"WARN","msg":"[WARNING]  (1) : Proxy http stopped","component":"haproxy"}
+{"time":"2026-12-01T03:19:33.25Z","level":"ERROR","msg":"[ALERT]    (1) : Current worker (2) exited with code 143","component":"haproxy"}
+{"time":"2026-12-01T03:19:34Z","level":"ERROR","msg":"services file rejected [ALERT]","component":"discovery"}
+not json
+`
+	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := alerts(path, 10)
+	want := []string{"03:19:33.250 [ALERT]    (1) : Current worker (2) exited with code 143"}
+	if !slices.Equal(got, want) {
+		t.Errorf("alerts = %q, want %q", got, want)
+	}
+}
