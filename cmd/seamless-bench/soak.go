@@ -211,7 +211,7 @@ func (r *soakRun) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	end, err := r.reading(ctx, time.Duration(-1))
+	end, err := r.settledReading(ctx)
 	if err != nil {
 		return err
 	}
@@ -429,6 +429,33 @@ func (r *soakRun) reading(ctx context.Context, at time.Duration) (soakSample, er
 		"fds", s.fds, "haproxy", s.haproxy, "zombies", s.zombies, "requests", s.requests, "failed", s.failed)
 	return s, nil
 }
+
+// settledReading reads seamless until three readings a second apart agree
+// on goroutines and fds (or 30 s pass): just after an apply, the watches
+// of services that went and the reload's own work are still winding down.
+func (r *soakRun) settledReading(ctx context.Context) (soakSample, error) {
+	var last []soakSample
+	deadline := time.Now().Add(30 * time.Second)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		s, err := r.reading(ctx, -1)
+		if err != nil {
+			return s, err
+		}
+		last = append(last, s)
+		if n := len(last); n >= 3 && sameLoad(last[n-3], last[n-1]) && sameLoad(last[n-2], last[n-1]) || time.Now().After(deadline) {
+			return s, nil
+		}
+		select {
+		case <-ctx.Done():
+			return s, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func sameLoad(a, b soakSample) bool { return a.goroutines == b.goroutines && a.fds == b.fds }
 
 // editTemplate writes the next version of the template, sends SIGHUP and
 // waits until the running configuration is of that version.
