@@ -47,9 +47,9 @@ import (
 // to what a fresh `seamless render` (same environment, an empty state
 // directory) makes of the final catalog and directory. Then it removes
 // every churned service, waits for the configuration to equal a fresh
-// render again and reads seamless once more: the catalog of the start, so
-// goroutines (one watch per service) and fds compare like for like with
-// the first reading.
+// render again, and for seamless's goroutines (one watch per service) and
+// fds to come back to the first reading's, like for like at the catalog of
+// the start: it fails if they do not within 2 minutes.
 
 type soakOptions struct {
 	keep                      bool
@@ -113,7 +113,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	// The whole run's bound: the churn, the two settlings, and starting
 	// and stopping everything.
-	timeout := o.duration + 2*o.settle + 5*time.Minute
+	timeout := o.duration + 2*o.settle + 7*time.Minute
 	return inBenchDir(ctx, timeout, o.keep, stderr, func(ctx context.Context, log *slog.Logger, root string) int {
 		r := &soakRun{o: o, log: log, root: root, stdout: stdout}
 		if err := r.run(ctx); err != nil {
@@ -211,7 +211,7 @@ func (r *soakRun) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	end, err := r.settledReading(ctx)
+	end, back, isBack, err := r.backToStart(ctx)
 	if err != nil {
 		return err
 	}
@@ -250,9 +250,13 @@ func (r *soakRun) run(ctx context.Context) error {
 		first := r.samples[0]
 		fmt.Fprintf(r.stdout, "back at the start's catalog (%d services, %d instances; a fresh render's configuration %v after the churned services went):\n",
 			end.services, end.instances, unchurned.Round(100*time.Millisecond))
-		fmt.Fprintf(r.stdout, "  goroutines %.0f (start %.0f), fds %d (start %d), haproxy procs %d (start %d), rss %.1f MiB (start %.1f)\n",
-			end.goroutines, first.goroutines, end.fds, first.fds, end.haproxy, first.haproxy,
+		fmt.Fprintf(r.stdout, "  %v later: goroutines %.0f (start %.0f), fds %d (start %d), haproxy procs %d (start %d), rss %.1f MiB (start %.1f)\n",
+			back.Round(time.Second), end.goroutines, first.goroutines, end.fds, first.fds, end.haproxy, first.haproxy,
 			float64(end.rss)/(1<<20), float64(first.rss)/(1<<20))
+		if !isBack {
+			r.failures = append(r.failures, fmt.Sprintf("at the start's catalog, goroutines %.0f and fds %d not back to the start's %.0f and %d (+%d, +%d) within 2 minutes",
+				end.goroutines, end.fds, first.goroutines, first.fds, slackGoroutines, slackFds))
+		}
 	}
 	fmt.Fprintf(r.stdout, "seamless's log: %s\n", r.d.logSummary())
 	for _, l := range alerts(r.d.logPath, 10) {
@@ -430,32 +434,41 @@ func (r *soakRun) reading(ctx context.Context, at time.Duration) (soakSample, er
 	return s, nil
 }
 
-// settledReading reads seamless until three readings a second apart agree
-// on goroutines and fds (or 30 s pass): just after an apply, the watches
-// of services that went and the reload's own work are still winding down.
-func (r *soakRun) settledReading(ctx context.Context) (soakSample, error) {
-	var last []soakSample
-	deadline := time.Now().Add(30 * time.Second)
+// Slack of the reading at the start's catalog: a scrape or an apply in
+// flight at either reading.
+const (
+	slackGoroutines = 3
+	slackFds        = 1
+)
+
+// backToStart reads seamless every second until its goroutines and fds are
+// back to the first reading's, within the slack, and returns that reading
+// and how long it took; after 2 minutes, the last reading and false. The
+// connections of the watches that ended stay in the Consul client's idle
+// pool until its idle timeout (90 s) closes them.
+func (r *soakRun) backToStart(ctx context.Context) (soakSample, time.Duration, bool, error) {
+	first := r.samples[0]
+	t0 := time.Now()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
 		s, err := r.reading(ctx, -1)
 		if err != nil {
-			return s, err
+			return s, 0, false, err
 		}
-		last = append(last, s)
-		if n := len(last); n >= 3 && sameLoad(last[n-3], last[n-1]) && sameLoad(last[n-2], last[n-1]) || time.Now().After(deadline) {
-			return s, nil
+		if s.goroutines <= first.goroutines+slackGoroutines && s.fds <= first.fds+slackFds {
+			return s, time.Since(t0), true, nil
+		}
+		if time.Since(t0) > 2*time.Minute {
+			return s, time.Since(t0), false, nil
 		}
 		select {
 		case <-ctx.Done():
-			return s, ctx.Err()
+			return s, 0, false, ctx.Err()
 		case <-t.C:
 		}
 	}
 }
-
-func sameLoad(a, b soakSample) bool { return a.goroutines == b.goroutines && a.fds == b.fds }
 
 // editTemplate writes the next version of the template, sends SIGHUP and
 // waits until the running configuration is of that version.
