@@ -8,7 +8,7 @@ CACHE := $(CURDIR)/.cache
 
 .PHONY: all build deps test test-matrix test-docker image consul consul-template pebble demo demo-reload bench-reload clean \
 	image-consul image-demo-backend compose-consul compose-file compose-docker compose-down \
-	bench-propagation bench-scale bench-peer bench-tls chaos
+	bench-propagation bench-scale bench-peer bench-tls chaos soak
 
 all: build
 
@@ -220,6 +220,17 @@ bench-peer: deps build $(CONSUL) $(CONSUL_TEMPLATE)
 # rotation (a certbot deploy hook), side by side.
 bench-tls: deps build
 	$(GO) run ./cmd/seamless-bench tls -seamless bin/seamless $(BENCH_FLAGS)
+
+# Soak (not in make test): one seamless, HAProxy 2.6 and a `consul agent
+# -dev` on 127.0.0.1 under seeded churn for DURATION (registrations, whole
+# services with new names, health flaps, template edits with HUP, Consul
+# restarted empty, service files written and removed) with a paced load to
+# services that never change. A table of RSS, goroutines, fds, HAProxy
+# processes and failed requests per minute with their slopes; fails on a
+# failed request or a final configuration other than a fresh render's.
+DURATION ?= 10m
+soak: deps build $(CONSUL)
+	$(GO) run ./cmd/seamless-bench soak -seamless bin/seamless -consul $(CONSUL) -duration $(DURATION) $(BENCH_FLAGS)
 
 clean:
 	rm -rf bin $(CACHE)

@@ -94,32 +94,7 @@ func startDiscovery(o discoveryOpts) (*discoveryRun, error) {
 	if err := os.MkdirAll(runDir, 0o755); err != nil {
 		return nil, err
 	}
-	// Nothing of the benchmark's own environment that seamless or its
-	// Consul client would read: a token or a SEAMLESS_* meant for
-	// something else.
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SEAMLESS_") && !strings.HasPrefix(kv, "CONSUL_") {
-			env = append(env, kv)
-		}
-	}
-	env = append(env,
-		"SEAMLESS_SOURCES=consul",
-		"CONSUL_HTTP_ADDR="+o.consul,
-		"SEAMLESS_HTTP_BIND="+o.addrs[0],
-		// No HTTPS frontend: its default :443 would collide between
-		// benchmarks, and no benchmark here measures it.
-		"SEAMLESS_HTTPS_BIND=",
-		"SEAMLESS_STATS_BIND="+o.addrs[1],
-		"SEAMLESS_STATUS_ADDR="+o.addrs[2],
-		"SEAMLESS_STATE_DIR="+d.stateDir,
-		"SEAMLESS_RUN_DIR="+runDir,
-		"SEAMLESS_LOG_FORMAT=json",
-		"SEAMLESS_HAPROXY_BIN="+o.haproxy,
-	)
-	for _, k := range slices.Sorted(maps.Keys(o.env)) {
-		env = append(env, k+"="+o.env[k])
-	}
+	env := o.environ(d.stateDir, runDir)
 	logf, err := os.Create(d.logPath)
 	if err != nil {
 		return nil, err
@@ -144,6 +119,39 @@ func startDiscovery(o discoveryOpts) (*discoveryRun, error) {
 		d.readLog(pr, logf)
 	}()
 	return d, nil
+}
+
+// environ is the environment seamless runs with, with its state and run
+// directories. Nothing of the benchmark's own environment that seamless or
+// its Consul client would read passes: a token or a SEAMLESS_* meant for
+// something else.
+func (o discoveryOpts) environ(stateDir, runDir string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SEAMLESS_") && !strings.HasPrefix(kv, "CONSUL_") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env,
+		"SEAMLESS_SOURCES=consul",
+		"CONSUL_HTTP_ADDR="+o.consul,
+		"SEAMLESS_HTTP_BIND="+o.addrs[0],
+		// No HTTPS frontend: its default :443 would collide between
+		// benchmarks, and no benchmark here measures it.
+		"SEAMLESS_HTTPS_BIND=",
+		"SEAMLESS_STATS_BIND="+o.addrs[1],
+		"SEAMLESS_STATUS_ADDR="+o.addrs[2],
+		"SEAMLESS_STATE_DIR="+stateDir,
+		"SEAMLESS_RUN_DIR="+runDir,
+		"SEAMLESS_LOG_FORMAT=json",
+		"SEAMLESS_HAPROXY_BIN="+o.haproxy,
+	)
+	// Later entries win (os/exec keeps the last of a duplicate name): o.env
+	// may replace SEAMLESS_SOURCES.
+	for _, k := range slices.Sorted(maps.Keys(o.env)) {
+		env = append(env, k+"="+o.env[k])
+	}
+	return env
 }
 
 // readLog copies seamless's output to the log file and picks out the

@@ -10,9 +10,11 @@
 //	                                     CPU per change, RSS
 //	seamless-bench tls [flags]           HTTPS handshakes and requests while a
 //	                                     certificate rotates, with and without reloads
+//	seamless-bench soak [flags]          one seamless under continuous churn for
+//	                                     -duration: leaks, lost requests, final config
 //
 // The discovery benchmarks are described in propagation.go, scale.go and
-// peer.go, the TLS one in tls.go.
+// peer.go, the TLS one in tls.go, the soak in soak.go.
 //
 // `reload`:
 //
@@ -73,10 +75,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return runPeer(ctx, args[2:], stdout, stderr)
 		case "tls":
 			return runTLS(ctx, args[2:], stdout, stderr)
+		case "soak":
+			return runSoak(ctx, args[2:], stdout, stderr)
 		}
 	}
 	name := filepath.Base(args[0])
-	fmt.Fprintf(stderr, "usage: %s reload|propagation|scale|peer|tls [flags]  (see %s COMMAND -h)\n", name, name)
+	fmt.Fprintf(stderr, "usage: %s reload|propagation|scale|peer|tls|soak [flags]  (see %s COMMAND -h)\n", name, name)
 	return 2
 }
 
