@@ -70,8 +70,10 @@ func TestConsulRestartedEmptyHoldsTheRemoval(t *testing.T) {
 	if n := in.metric(held); n != 0 {
 		t.Errorf("%s = %v after the hold", held, n)
 	}
-	if n := in.metric(`seamless_source_removal_holds_total{source="consul"}`); n != 1 {
-		t.Errorf("%v holds counted, want 1", n)
+	// 2 when the answers of the restarted Consul dropped Consul's own
+	// instance before web's: each removal is held, and counted, apart.
+	if n := in.metric(`seamless_source_removal_holds_total{source="consul"}`); n != 1 && n != 2 {
+		t.Errorf("%v holds counted, want 1 (or 2: Consul's own instance dropped first)", n)
 	}
 	out := in.out.String()
 	// held=3, or 4 when Consul was read before it registered its own
