@@ -481,6 +481,30 @@ func (k *cluster) catalog(agent *node) map[string][]string {
 	return out
 }
 
+// streamingView is what agent says passes, per service, from its own
+// streaming view, as a replica's blocking query reads it: a query with an
+// index is served from that view (Consul 1.10+), one without is forwarded
+// to the servers. Index 1 answers at once (the view is past it).
+func (k *cluster) streamingView(agent *node) map[string][]string {
+	out := map[string][]string{}
+	for svc := range k.backends {
+		var es []struct {
+			Service struct {
+				Address string
+				Port    int
+			}
+		}
+		if getJSON("http://"+k.published(agent, "8500/tcp")+"/v1/health/service/"+svc+"?passing&index=1&wait=2s", &es) != nil {
+			return nil
+		}
+		for _, e := range es {
+			out[svc] = append(out[svc], fmt.Sprintf("%s:%d", e.Service.Address, e.Service.Port))
+		}
+		slices.Sort(out[svc])
+	}
+	return out
+}
+
 var configInfoRe = regexp.MustCompile(`(?m)^seamless_config_info\{members_sha256="([0-9a-f]*)",sha256="([0-9a-f]+)"\} 1$`)
 
 // fingerprint is a replica's seamless_config_info.

@@ -19,7 +19,11 @@
 // is served from the agent's streaming view (Consul 1.10+,
 // use_streaming_backend, on by default); it needs no parameter: the
 // agent takes that path for any request with an index (Consul 1.14
-// agent/rpcclient/health). Each service's answer is converted once per
+// agent/rpcclient/health). Its first read, and a read afresh after a
+// failure, wait on index 1 (any answer passes it) to stay on that path:
+// one without an index is forwarded to the leader, which after a leader's
+// death held it for the servers' 10 s dial to the dead address while the
+// view had caught up within a second. Each service's answer is converted once per
 // change of that service and cached; the Catalog is put together from the
 // cached parts, so a change to one instance costs one request and one
 // service's bytes (a check change does not move the service list), and a

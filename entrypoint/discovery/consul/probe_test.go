@@ -245,3 +245,83 @@ func TestTheAgentsReturnEndsAFreshReadThatHangs(t *testing.T) {
 	})
 	t.Logf("read again %s after the agent's return", time.Since(back).Round(100*time.Millisecond))
 }
+
+// The Consul leader dies: an agent whose streams ran through it fails the
+// health queries in flight (500, the stream's EOF), and its streaming
+// view, which serves blocking health queries, catches up within moments
+// from another server. A read without an index, though, is forwarded to
+// the servers, which forward it to the leader they still know: it hangs
+// until their dial times out (10 s in the chaos runs). The source's read
+// after the failure must go to the view (an index), not wait on that.
+func TestAReadAfterAFailedHealthQueryUsesTheAgentsView(t *testing.T) {
+	var broken atomic.Bool
+	brokeCh, blocking := make(chan struct{}), make(chan struct{}, 1)
+	view := func(nodes ...string) string {
+		var es []string
+		for _, n := range nodes {
+			es = append(es, fmt.Sprintf(`{"Node": {"Node": %q, "Datacenter": "dc9"}, "Service": {"ID": %q, "Service": "web"}, "Checks": []}`, n, "web-"+n))
+		}
+		return "[" + strings.Join(es, ",") + "]"
+	}
+	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		index := r.URL.Query().Get("index")
+		switch r.URL.Path {
+		case "/v1/status/leader":
+			fmt.Fprint(w, `"10.0.0.2:8300"`) // the election is over
+		case "/v1/catalog/services", "/v1/catalog/nodes":
+			if index != "" {
+				<-r.Context().Done()
+				return
+			}
+			w.Header().Set("X-Consul-Index", "5")
+			if r.URL.Path == "/v1/catalog/nodes" {
+				fmt.Fprint(w, `[{"Node": "a", "Datacenter": "dc9"}]`)
+				return
+			}
+			fmt.Fprint(w, `{"web": []}`)
+		case "/v1/health/service/web":
+			switch {
+			case !broken.Load() && (index == "" || index == "1"):
+				w.Header().Set("X-Consul-Index", "10")
+				fmt.Fprint(w, view("a"))
+			case !broken.Load(): // blocking on the view until the leader dies
+				select {
+				case blocking <- struct{}{}:
+				default:
+				}
+				select {
+				case <-brokeCh:
+					http.Error(w, "rpc error: code = Unavailable desc = error reading from server: EOF", http.StatusInternalServerError)
+				case <-r.Context().Done():
+				}
+			case index == "": // forwarded to the dead leader
+				<-r.Context().Done()
+			case index < "11": // the view, caught up: 1 or 10
+				w.Header().Set("X-Consul-Index", "11")
+				w.Header().Set("X-Consul-Query-Backend", "streaming")
+				fmt.Fprint(w, view("a", "b"))
+			default:
+				<-r.Context().Done()
+			}
+		default:
+			http.NotFound(w, r)
+		}
+	})
+	r := startSource(t, addr, Config{}, model.LocalCatalog)
+	r.waitFor("web-a", func(s model.Snapshot) bool { return len(instances(s, "web")) == 1 })
+	select {
+	case <-blocking:
+	case <-time.After(wait):
+		t.Fatal("no blocking query on web")
+	}
+	broken.Store(true)
+	close(brokeCh)
+	died := time.Now()
+	// The first backoff (250 ms at most) and a request, with room for a
+	// busy machine; far less than the forwarded read's hang.
+	testenv.Eventually(t, 2*time.Second, "web-b from the agent's view soon after the failure", func() bool {
+		s, n := r.last()
+		return n > 0 && len(instances(s, "web")) == 2
+	})
+	t.Logf("web-b seen %s after the stream failed", time.Since(died).Round(10*time.Millisecond))
+}
