@@ -188,7 +188,8 @@ func TestBackendServersStateRealHAProxy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cli := NewMasterCLI(sock)
-	if _, err := cli.WaitShowProc(ctx, func(p Procs) bool { return len(p.Workers) == 1 }); err != nil {
+	// 3.1+ lists the worker while it still loads, before "@1" reaches it.
+	if _, err := cli.WaitWorkerReady(ctx); err != nil {
 		t.Fatal(err)
 	}
 	rt := Runtime{CLI: cli}
