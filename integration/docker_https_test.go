@@ -177,6 +177,13 @@ func TestDockerHUPKeepsTheCertificates(t *testing.T) {
 				t.Fatalf("/status before the HUP: shop %+v, master %+v", shop, before.HAProxy.Master)
 			}
 
+			// The load's backend is seamless's own /healthz, which answers
+			// 503 "haproxy starting" until the first worker has answered
+			// the master CLI: a handshake can succeed before that.
+			testenv.Eventually(t, 30*time.Second, "seamless healthy", func() bool {
+				code, _ := testenv.Get("http://" + b.status + "/healthz")
+				return code == 200
+			})
 			tlsCfg := &tls.Config{ServerName: "shop.test", InsecureSkipVerify: true}
 			var loads []*loadgen.Load
 			for _, m := range []loadgen.Mode{loadgen.NewConn, loadgen.KeepAlive} {
