@@ -89,31 +89,13 @@ func TestVersionRealHAProxy(t *testing.T) {
 // TestMasterCLIReload confirms a good reload and a failed one (a bind error
 // that haproxy -c cannot see) through the real master CLI.
 func TestMasterCLIReload(t *testing.T) {
-	bin := testenv.HAProxy(t)
-	rp := startReaper(t)
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "haproxy.cfg")
+	cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
 	port := testenv.FreePort(t)
 	writeConfig(t, cfg, port, "")
-	sock := filepath.Join(dir, "master.sock")
-	path, _ := exec.LookPath(bin)
-	devnull, _ := os.Open(os.DevNull)
-	defer devnull.Close()
-	master, err := rp.Start(path, []string{bin, "-W", "-db", "-S", sock, "-f", cfg}, &syscall.ProcAttr{
-		Env: CleanEnv(os.Environ()), Files: []uintptr{devnull.Fd(), devnull.Fd(), devnull.Fd()},
-		Sys: &syscall.SysProcAttr{Setpgid: true},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = syscall.Kill(-master.Pid, syscall.SIGKILL)
-		<-master.Done()
-	})
+	cli := startMaster(t, cfg)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cli := NewMasterCLI(sock)
 	first, err := cli.WaitShowProc(ctx, func(p Procs) bool { return len(p.Workers) == 1 })
 	if err != nil {
 		t.Fatal(err)
@@ -158,10 +140,7 @@ func TestMasterCLIReload(t *testing.T) {
 // alone, in the format ServersState parses; an unknown backend is an
 // error, not an empty answer.
 func TestBackendServersStateRealHAProxy(t *testing.T) {
-	bin := testenv.HAProxy(t)
-	rp := startReaper(t)
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "haproxy.cfg")
+	cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
 	writeConfig(t, cfg, testenv.FreePort(t), "")
 	f, err := os.OpenFile(cfg, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
@@ -170,24 +149,9 @@ func TestBackendServersStateRealHAProxy(t *testing.T) {
 	fmt.Fprint(f, "backend web\n    server s1 127.0.0.1:1 disabled\n    server s2 127.0.0.1:2\n"+
 		"backend api\n    server s1 127.0.0.1:3\n")
 	f.Close()
-	sock := filepath.Join(dir, "master.sock")
-	path, _ := exec.LookPath(bin)
-	devnull, _ := os.Open(os.DevNull)
-	defer devnull.Close()
-	master, err := rp.Start(path, []string{bin, "-W", "-db", "-S", sock, "-f", cfg}, &syscall.ProcAttr{
-		Env: CleanEnv(os.Environ()), Files: []uintptr{devnull.Fd(), devnull.Fd(), devnull.Fd()},
-		Sys: &syscall.SysProcAttr{Setpgid: true},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = syscall.Kill(-master.Pid, syscall.SIGKILL)
-		<-master.Done()
-	})
+	cli := startMaster(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cli := NewMasterCLI(sock)
 	// 3.1+ lists the worker while it still loads, before "@1" reaches it.
 	if _, err := cli.WaitWorkerReady(ctx); err != nil {
 		t.Fatal(err)
@@ -207,4 +171,28 @@ func TestBackendServersStateRealHAProxy(t *testing.T) {
 	if _, err := rt.BackendServersState(ctx, []string{"nope"}); err == nil {
 		t.Error("an unknown backend answered no error")
 	}
+}
+
+// startMaster runs HAProxy in master-worker mode on cfg, killed with the
+// test, and returns its master CLI.
+func startMaster(t *testing.T, cfg string) *MasterCLI {
+	t.Helper()
+	bin := testenv.HAProxy(t)
+	rp := startReaper(t)
+	sock := filepath.Join(filepath.Dir(cfg), "master.sock")
+	path, _ := exec.LookPath(bin)
+	devnull, _ := os.Open(os.DevNull)
+	defer devnull.Close()
+	master, err := rp.Start(path, []string{bin, "-W", "-db", "-S", sock, "-f", cfg}, &syscall.ProcAttr{
+		Env: CleanEnv(os.Environ()), Files: []uintptr{devnull.Fd(), devnull.Fd(), devnull.Fd()},
+		Sys: &syscall.SysProcAttr{Setpgid: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-master.Pid, syscall.SIGKILL)
+		<-master.Done()
+	})
+	return NewMasterCLI(sock)
 }
