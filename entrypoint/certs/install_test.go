@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -130,16 +131,11 @@ func TestAReloadInTheMiddleOfAChangeNeedsNoOther(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := filepath.Join(state, "live", "a.pem")
-	list := filepath.Join(state, "crt-list")
-	tr := &transcript{answers: map[string]string{
-		"new ssl cert":      "New empty certificate store '" + p + "'!\n",
-		"set ssl cert":      "Transaction created for certificate " + p + "!\n",
-		"commit ssl cert":   "Committing " + p + "\nSuccess!\n",
-		"show ssl crt-list": "# " + list + "\n" + filepath.Join(state, "default.pem") + "\n" + p + "\n",
-		"show ssl cert":     "Filename: " + p + "\nStatus: Used\nSerial: " + strings.ToUpper(c.Serial.Text(16)) + "\n",
-		"del ssl crt-list":  "Can't delete the entry: certificate '" + p + "' does not exist!\n",
-		"del ssl cert":      "Can't remove the certificate: certificate '" + p + "' doesn't exist!\n",
-	}}
+	tr := &transcript{answers: installAnswers(state, true, map[string]string{
+		"show ssl cert":    "Filename: " + p + "\nStatus: Used\nSerial: " + strings.ToUpper(c.Serial.Text(16)) + "\n",
+		"del ssl crt-list": "Can't delete the entry: certificate '" + p + "' does not exist!\n",
+		"del ssl cert":     "Can't remove the certificate: certificate '" + p + "' doesn't exist!\n",
+	})}
 	reloads := 0
 	inst, err := NewInstaller(InstallerOptions{Dir: state, CLI: tr, Reload: func(string) { reloads++ }})
 	if err != nil {
@@ -206,14 +202,10 @@ func TestRunRetriesASetItCouldNotWrite(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "certs")
 	p := filepath.Join(state, "live", "a.pem")
 	list := filepath.Join(state, "crt-list")
-	tr := &transcript{answers: map[string]string{
-		"new ssl cert":      "New empty certificate store '" + p + "'!\n",
-		"set ssl cert":      "Transaction created for certificate " + p + "!\n",
-		"commit ssl cert":   "Committing " + p + "\nSuccess!\n",
-		"show ssl crt-list": "# " + list + "\n" + filepath.Join(state, "default.pem") + "\n",
-		"add ssl crt-list":  "Inserting certificate '" + p + "' in crt-list '" + list + "'.\nSuccess!\n",
-		"show ssl cert":     "Filename: " + p + "\nStatus: Used\nSerial: " + strings.ToUpper(c.Serial.Text(16)) + "\n",
-	}}
+	tr := &transcript{answers: installAnswers(state, false, map[string]string{
+		"add ssl crt-list": "Inserting certificate '" + p + "' in crt-list '" + list + "'.\nSuccess!\n",
+		"show ssl cert":    "Filename: " + p + "\nStatus: Used\nSerial: " + strings.ToUpper(c.Serial.Text(16)) + "\n",
+	})}
 	var mu sync.Mutex
 	cli := cliFunc(func(ctx context.Context, cmd string) (string, error) {
 		mu.Lock()
@@ -257,15 +249,9 @@ func TestACancelledInstallAsksForNoReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := filepath.Join(t.TempDir(), "certs")
-	p := filepath.Join(state, "live", "a.pem")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	tr := &transcript{answers: map[string]string{
-		"new ssl cert":      "New empty certificate store '" + p + "'!\n",
-		"set ssl cert":      "Transaction created for certificate " + p + "!\n",
-		"commit ssl cert":   "Committing " + p + "\nSuccess!\n",
-		"show ssl crt-list": "# " + filepath.Join(state, "crt-list") + "\n" + filepath.Join(state, "default.pem") + "\n" + p + "\n",
-	}}
+	tr := &transcript{answers: installAnswers(state, true, nil)}
 	cli := cliFunc(func(ctx context.Context, cmd string) (string, error) {
 		if strings.Contains(cmd, "show ssl cert ") {
 			cancel() // the stop lands here, as in the ACME test that saw it
@@ -385,14 +371,10 @@ func TestAnInstallDuringAReloadWaitsForTheNewWorker(t *testing.T) {
 	}
 	state := filepath.Join(t.TempDir(), "certs")
 	p := filepath.Join(state, "live", "a.pem")
-	tr := &transcript{answers: map[string]string{
-		"new ssl cert":      "New empty certificate store '" + p + "'!\n",
-		"set ssl cert":      "Transaction created for certificate " + p + "!\n",
-		"commit ssl cert":   "Committing " + p + "\nSuccess!\n",
-		"show ssl crt-list": "# " + filepath.Join(state, "crt-list") + "\n" + filepath.Join(state, "default.pem") + "\n",
-		"add ssl crt-list":  "Inserting certificate '" + p + "' in crt-list '" + filepath.Join(state, "crt-list") + "'.\nSuccess!\n",
-		"show ssl cert":     "Filename: " + p + "\nStatus: Used\nSerial: " + strings.ToUpper(c.Serial.Text(16)) + "\n",
-	}}
+	tr := &transcript{answers: installAnswers(state, false, map[string]string{
+		"add ssl crt-list": "Inserting certificate '" + p + "' in crt-list '" + filepath.Join(state, "crt-list") + "'.\nSuccess!\n",
+		"show ssl cert":    "Filename: " + p + "\nStatus: Used\nSerial: " + strings.ToUpper(c.Serial.Text(16)) + "\n",
+	})}
 	refusals := 0
 	cli := cliFunc(func(ctx context.Context, cmd string) (string, error) {
 		if refusals < 5 { // the master re-executes
@@ -410,4 +392,24 @@ func TestAnInstallDuringAReloadWaitsForTheNewWorker(t *testing.T) {
 	if err != nil || len(reasons) != 0 {
 		t.Fatalf("Install = %v, reloads asked %q: want neither", err, reasons)
 	}
+}
+
+// installAnswers is what HAProxy answers to an install of state's live
+// a.pem: a new store, its transaction and commit, and the crt-list with
+// the default certificate (and a.pem when listed); more, or other,
+// answers override these.
+func installAnswers(state string, listed bool, more map[string]string) map[string]string {
+	p := filepath.Join(state, "live", "a.pem")
+	crtList := "# " + filepath.Join(state, "crt-list") + "\n" + filepath.Join(state, "default.pem") + "\n"
+	if listed {
+		crtList += p + "\n"
+	}
+	a := map[string]string{
+		"new ssl cert":      "New empty certificate store '" + p + "'!\n",
+		"set ssl cert":      "Transaction created for certificate " + p + "!\n",
+		"commit ssl cert":   "Committing " + p + "\nSuccess!\n",
+		"show ssl crt-list": crtList,
+	}
+	maps.Copy(a, more)
+	return a
 }
