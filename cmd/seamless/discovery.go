@@ -48,6 +48,7 @@ func newRawSources(cfg *config.Config, log *slog.Logger) ([]model.Source, error)
 			s, err := consul.New(consul.Config{
 				TagFilter: cfg.ConsulTag, Datacenter: cfg.ConsulDatacenter, Stale: cfg.ConsulStale,
 				Watches: cfg.ConsulWatches, MaxStale: cfg.ConsulMaxStale, Agents: cfg.ConsulAgents(),
+				Wanted: consulWanted(cfg),
 			}, log)
 			if err != nil {
 				return nil, err
@@ -72,6 +73,19 @@ func newRawSources(cfg *config.Config, log *slog.Logger) ([]model.Source, error)
 		}
 	}
 	return out, nil
+}
+
+// consulWanted is which Consul services are watched: with the built-in
+// template, only those it can route. Not with another source beside
+// Consul: the built-in template routes every instance of a service once
+// one of them, from any source, has a seamless.* tag, so an untagged
+// Consul service may be routed because a Docker container of that name
+// is. A user's template may read any service: every one is watched.
+func consulWanted(cfg *config.Config) func(string, []string) bool {
+	if cfg.Template != "" || !slices.Equal(cfg.SourceList(), []string{config.SourceConsul}) {
+		return nil
+	}
+	return routes.Routed
 }
 
 // rendererFactory returns what builds the renderer: the user's template,
@@ -177,6 +191,19 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 				Name: "seamless_consul_requests_total",
 				Help: "HTTP requests made to Consul (blocking queries count once each): the cost of discovery, independent of the number of unchanged services.",
 			}, func() float64 { return float64(c.Requests()) }))
+			for _, state := range []string{"listed", "watched"} {
+				m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+					Name:        "seamless_consul_services",
+					Help:        "Services of the Consul catalogs by state: listed (in /v1/catalog/services, with SEAMLESS_CONSUL_TAG when set), watched (used, so read: with the built-in template and Consul as the only source, those with a seamless.* tag; otherwise all).",
+					ConstLabels: prometheus.Labels{"state": state},
+				}, func() float64 {
+					listed, watched := c.Services()
+					if state == "listed" {
+						return float64(listed)
+					}
+					return float64(watched)
+				}))
+			}
 		}
 	}
 	// The sources live until discovery is stopped, not until ctx ends:
