@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -80,12 +81,35 @@ func newRawSources(cfg *config.Config, log *slog.Logger) ([]model.Source, error)
 // Consul: the built-in template routes every instance of a service once
 // one of them, from any source, has a seamless.* tag, so an untagged
 // Consul service may be routed because a Docker container of that name
-// is. A user's template may read any service: every one is watched.
+// is. A user's template may read any service: every one is watched,
+// unless SEAMLESS_CONSUL_SERVICES names them (the template then refuses
+// to read any other, see watchedServices).
 func consulWanted(cfg *config.Config) func(string, []string) bool {
-	if cfg.Template != "" || !slices.Equal(cfg.SourceList(), []string{config.SourceConsul}) {
+	if cfg.Template != "" {
+		if w := watchedServices(cfg); w != nil {
+			return func(name string, _ []string) bool { return w(name) }
+		}
+		return nil
+	}
+	if !slices.Equal(cfg.SourceList(), []string{config.SourceConsul}) {
 		return nil
 	}
 	return routes.Routed
+}
+
+// watchedServices matches SEAMLESS_CONSUL_SERVICES; nil when unset. The
+// patterns were checked by config.Load.
+func watchedServices(cfg *config.Config) func(string) bool {
+	patterns := cfg.ConsulServicePatterns()
+	if len(patterns) == 0 {
+		return nil
+	}
+	return func(name string) bool {
+		return slices.ContainsFunc(patterns, func(p string) bool {
+			ok, _ := path.Match(p, name)
+			return ok
+		})
+	}
 }
 
 // rendererFactory returns what builds the renderer: the user's template,
@@ -103,7 +127,8 @@ func rendererFactory(cfg *config.Config, https httpsFiles, reg prometheus.Regist
 		return func() (model.Renderer, error) {
 			left, right, _ := cfg.Delims() // checked by config.Load
 			t, err := template.Parse(cfg.Template, template.Options{DefaultHealth: health,
-				LeftDelim: left, RightDelim: right, RawMeta: cfg.TemplateRawMeta, Log: log.With("component", "template")})
+				LeftDelim: left, RightDelim: right, RawMeta: cfg.TemplateRawMeta, Watched: watchedServices(cfg),
+				Log: log.With("component", "template")})
 			if err != nil {
 				return nil, err
 			}

@@ -9,9 +9,11 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -134,5 +136,59 @@ func TestBuiltInTemplateWatchesOnlyRoutedServices(t *testing.T) {
 	if out := in.out.String(); !strings.Contains(out, "services now used: watching them") ||
 		!strings.Contains(out, "services no longer used: not watching them") {
 		t.Errorf("no log line says db-1 started and stopped being watched")
+	}
+}
+
+// With a template of one's own, SEAMLESS_CONSUL_SERVICES names the
+// services it reads: only those are watched, and a template that reads
+// another is refused (the running configuration stays) rather than
+// rendered with that service empty.
+func TestTemplateWatchesTheServicesNamed(t *testing.T) {
+	r := newDiscoveryRig(t)
+	c := r.consul.Client()
+	for _, n := range []string{"web1", "web2"} {
+		r.ports[n] = namedBackend(t, n)
+		registerExternal(t, c, n, "web", r.ports[n], api.HealthPassing)
+	}
+	for i := range 20 {
+		registerExternal(t, c, fmt.Sprintf("db%d", i), fmt.Sprintf("db-%d", i), 5000+i, api.HealthPassing)
+	}
+	proxy := proxyConsul(t, r.consul.Addr())
+	tmpl := filepath.Join(t.TempDir(), "haproxy.cfg.tmpl")
+	writeAtomic(t, tmpl, classicTemplate)
+	r.extraEnv = []string{"SEAMLESS_TEMPLATE=" + tmpl, "WWW_BIND=" + r.http,
+		"CONSUL_HTTP_ADDR=" + proxy.addr, "SEAMLESS_CONSUL_SERVICES=web,api-*"}
+	in := r.start(t)
+	r.eventuallyServedBy(t, "127.0.0.1", "web1", "web2")
+	if got := proxy.with("/v1/health/service/"); !slices.Equal(got, []string{"/v1/health/service/web"}) {
+		t.Errorf("health queries for %v, want web's alone", got)
+	}
+	if w, l := in.metric(`seamless_consul_services{state="watched"}`), in.metric(`seamless_consul_services{state="listed"}`); w != 1 || l != 22 {
+		t.Errorf("%v services watched of %v listed, want 1 of 22", w, l)
+	}
+
+	t.Log("a service matching a pattern is watched once registered")
+	registerExternal(t, c, "api1", "api-1", 6000, api.HealthPassing)
+	testenv.Eventually(t, 15*time.Second, "api-1 watched", func() bool {
+		return slices.Contains(proxy.with("/v1/health/service/"), "/v1/health/service/api-1")
+	})
+
+	t.Log("a template that reads a service not named is refused")
+	rendered := filepath.Join(r.stateDir, "haproxy.cfg")
+	before, err := os.ReadFile(rendered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeAtomic(t, tmpl, classicTemplate+"{{ range service \"db-3\" }}# {{ .Port }}{{ end }}\n")
+	in.signal(syscall.SIGHUP)
+	testenv.Eventually(t, 15*time.Second, "the render refused, naming db-3", func() bool {
+		return strings.Contains(in.out.String(), `service \"db-3\" is not watched`)
+	})
+	if after, _ := os.ReadFile(rendered); !bytes.Equal(after, before) {
+		t.Errorf("the refused render replaced the running file:\n%s", after)
+	}
+	r.eventuallyServedBy(t, "127.0.0.1", "web1", "web2")
+	if got := proxy.with("/v1/health/service/db-"); len(got) != 0 {
+		t.Errorf("health queries for %v, want none", got)
 	}
 }
