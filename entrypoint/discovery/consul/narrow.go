@@ -43,26 +43,35 @@ func newWatchSet(s *Source, dc string) *watchSet {
 // listing's counts, and then each service that starts or stops being
 // used while it stays listed (a tag added or removed).
 func (w *watchSet) update(services map[string][]string) []string {
+	narrowing := w.s.cfg.Wanted != nil
 	want := make([]string, 0, len(services))
-	wanted := make(map[string]bool, len(w.wanted))
-	ignored := make(map[string]bool, len(w.ignored))
+	// Kept only to log what moved: without Wanted nothing moves.
+	var wanted, ignored map[string]bool
+	if narrowing {
+		wanted, ignored = make(map[string]bool, len(w.wanted)), make(map[string]bool, len(w.ignored))
+	}
 	listed := 0
 	for name, tags := range services {
 		if w.s.cfg.TagFilter != "" && !slices.Contains(tags, w.s.cfg.TagFilter) {
 			continue
 		}
 		listed++
-		if w.s.uses(name, tags) {
-			want = append(want, name)
+		switch {
+		case !w.s.uses(name, tags):
+			if narrowing {
+				ignored[name] = true
+			}
+		case narrowing:
 			wanted[name] = true
-		} else if w.s.cfg.Wanted != nil {
-			ignored[name] = true
+			fallthrough
+		default:
+			want = append(want, name)
 		}
 	}
 	slices.Sort(want)
 	w.listed.Store(int64(listed))
 	w.watched.Store(int64(len(want)))
-	if w.s.cfg.Wanted != nil {
+	if narrowing {
 		w.report(wanted, ignored, listed)
 	}
 	w.known, w.wanted, w.ignored = true, wanted, ignored
