@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -48,6 +49,7 @@ func newRawSources(cfg *config.Config, log *slog.Logger) ([]model.Source, error)
 			s, err := consul.New(consul.Config{
 				TagFilter: cfg.ConsulTag, Datacenter: cfg.ConsulDatacenter, Stale: cfg.ConsulStale,
 				Watches: cfg.ConsulWatches, MaxStale: cfg.ConsulMaxStale, Agents: cfg.ConsulAgents(),
+				Wanted: consulWanted(cfg),
 			}, log)
 			if err != nil {
 				return nil, err
@@ -74,6 +76,42 @@ func newRawSources(cfg *config.Config, log *slog.Logger) ([]model.Source, error)
 	return out, nil
 }
 
+// consulWanted is which Consul services are watched: with the built-in
+// template, only those it can route. Not with another source beside
+// Consul: the built-in template routes every instance of a service once
+// one of them, from any source, has a seamless.* tag, so an untagged
+// Consul service may be routed because a Docker container of that name
+// is. A user's template may read any service: every one is watched,
+// unless SEAMLESS_CONSUL_SERVICES names them (the template then refuses
+// to read any other, see watchedServices).
+func consulWanted(cfg *config.Config) func(string, []string) bool {
+	if cfg.Template != "" {
+		if w := watchedServices(cfg); w != nil {
+			return func(name string, _ []string) bool { return w(name) }
+		}
+		return nil
+	}
+	if !slices.Equal(cfg.SourceList(), []string{config.SourceConsul}) {
+		return nil
+	}
+	return routes.Routed
+}
+
+// watchedServices matches SEAMLESS_CONSUL_SERVICES; nil when unset. The
+// patterns were checked by config.Load.
+func watchedServices(cfg *config.Config) func(string) bool {
+	patterns := cfg.ConsulServicePatterns()
+	if len(patterns) == 0 {
+		return nil
+	}
+	return func(name string) bool {
+		return slices.ContainsFunc(patterns, func(p string) bool {
+			ok, _ := path.Match(p, name)
+			return ok
+		})
+	}
+}
+
 // rendererFactory returns what builds the renderer: the user's template,
 // parsed again at every call (SIGHUP) and recorded in cur, or the built-in
 // one, whose HTTPS frontend binds with https's files (crt-list "": no
@@ -89,7 +127,8 @@ func rendererFactory(cfg *config.Config, https httpsFiles, reg prometheus.Regist
 		return func() (model.Renderer, error) {
 			left, right, _ := cfg.Delims() // checked by config.Load
 			t, err := template.Parse(cfg.Template, template.Options{DefaultHealth: health,
-				LeftDelim: left, RightDelim: right, RawMeta: cfg.TemplateRawMeta, Log: log.With("component", "template")})
+				LeftDelim: left, RightDelim: right, RawMeta: cfg.TemplateRawMeta, Watched: watchedServices(cfg),
+				Log: log.With("component", "template")})
 			if err != nil {
 				return nil, err
 			}
@@ -177,6 +216,19 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 				Name: "seamless_consul_requests_total",
 				Help: "HTTP requests made to Consul (blocking queries count once each): the cost of discovery, independent of the number of unchanged services.",
 			}, func() float64 { return float64(c.Requests()) }))
+			for _, state := range []string{"listed", "watched"} {
+				m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+					Name:        "seamless_consul_services",
+					Help:        "Services of the Consul catalogs by state: listed (in /v1/catalog/services, with SEAMLESS_CONSUL_TAG when set), watched (used, so read: with the built-in template and Consul as the only source, those with a seamless.* tag; otherwise all).",
+					ConstLabels: prometheus.Labels{"state": state},
+				}, func() float64 {
+					listed, watched := c.Services()
+					if state == "listed" {
+						return float64(listed)
+					}
+					return float64(watched)
+				}))
+			}
 		}
 	}
 	// The sources live until discovery is stopped, not until ctx ends:

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -65,9 +66,10 @@ type Config struct {
 	DockerNetwork    string        `envconfig:"DOCKER_NETWORK" desc:"Source 'docker': the network whose container address is used. Empty: a container's only network (one on several networks is left out, with a log line). DOCKER_HOST and the other Docker client variables configure the connection; only read calls are made."`
 	DockerRescan     time.Duration `envconfig:"DOCKER_RESCAN" min:"1s" max:"24h" default:"30s" desc:"Source 'docker': period of a full re-list of the containers, in case an event was missed."`
 	ConsulStale      bool          `envconfig:"CONSUL_STALE" default:"false" desc:"Source 'consul': allow stale reads from any Consul server instead of the leader; spreads the load of many load-balancer replicas."`
-	ConsulWatches    int           `envconfig:"CONSUL_WATCHES" min:"3" max:"100000" default:"128" desc:"Source 'consul': most blocking queries (HTTP connections to the agent) one datacenter's catalog may hold: one per service plus two. A catalog with more services is read with one query for the whole catalog at every change, logged as a warning. Keep it under the agent's http_max_conns_per_client (default 200), with room for the KV watches."`
+	ConsulWatches    int           `envconfig:"CONSUL_WATCHES" min:"3" max:"100000" default:"128" desc:"Source 'consul': most blocking queries (HTTP connections to the agent) one datacenter's catalog may hold: one per watched service plus two (with the built-in template and Consul alone, only services with a seamless.* tag are watched). A catalog with more services to watch is read with one query for the whole catalog at every change, logged as a warning. Keep it under the agent's http_max_conns_per_client (default 200), with room for the KV watches."`
 	ConsulMaxStale   time.Duration `envconfig:"CONSUL_MAX_STALE" min:"1s" max:"24h" off:"0" default:"10s" desc:"Source 'consul': an answer from a Consul server that last heard from its leader longer ago than this (X-Consul-LastContact), or knows no leader, is not used: the last good data keeps serving, the source is stale (/readyz degraded, seamless_source_stale) and the query is retried. Only stale reads (SEAMLESS_CONSUL_STALE) can be that far behind. Default: two Raft election timeouts of Consul's default timing. 0: no bound."`
 	ConsulAddrs      string        `envconfig:"CONSUL_ADDRS" desc:"Source 'consul': several Consul agents, comma-separated host:port or http(s)://host:port, in order of preference (the local agent first). Requests go to the first that accepts a connection and move to the next when it cannot be reached; the first is probed every 5s and used again once it answers with a leader. Empty: the one agent of CONSUL_HTTP_ADDR, which, when also set, must name the first agent of this list."`
+	ConsulServices   string        `envconfig:"CONSUL_SERVICES" desc:"Source 'consul' with SEAMLESS_TEMPLATE: the services the template reads, comma-separated names or shell patterns (web, api-*): only these are watched, and count against SEAMLESS_CONSUL_WATCHES. The template function 'service' refuses any other name (the render fails and the running configuration stays), so a forgotten service is an error, never an empty backend; 'services' and 'node' list the watched ones only. Empty: every service is watched."`
 
 	// The removal guard (entrypoint/discovery/guard).
 	RemovalGuard int           `envconfig:"REMOVAL_GUARD" min:"0" max:"100" default:"50" desc:"Percent of a source's instances that one snapshot may remove at once: a larger removal, of more than one instance, is held for SEAMLESS_REMOVAL_HOLD with the instances in their last known state (a Consul restarted empty), then applied if the source still reports them gone. 100: held only when all go. 0 disables the guard, and the hold of SEAMLESS_CERTS_KV certificates after a Consul reset."`
@@ -106,6 +108,18 @@ func (c *Config) ConsulAgents() []string {
 	for a := range strings.SplitSeq(c.ConsulAddrs, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// ConsulServicePatterns is SEAMLESS_CONSUL_SERVICES as a list; nil when
+// unset.
+func (c *Config) ConsulServicePatterns() []string {
+	var out []string
+	for p := range strings.SplitSeq(c.ConsulServices, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
 		}
 	}
 	return out
@@ -257,6 +271,17 @@ func (c *Config) validate() error {
 	}
 	if c.ConsulAddrs != "" && slices.ContainsFunc(strings.Split(c.ConsulAddrs, ","), func(s string) bool { return strings.TrimSpace(s) == "" }) {
 		bad("CONSUL_ADDRS", "%q has an empty entry; list agents as host:port, e.g. 127.0.0.1:8500,consul-b:8500", c.ConsulAddrs)
+	}
+	for _, p := range c.ConsulServicePatterns() {
+		if _, err := path.Match(p, ""); err != nil {
+			bad("CONSUL_SERVICES", "%q: %q is not a shell pattern: %v", c.ConsulServices, p, err)
+		}
+	}
+	if c.ConsulServices != "" && slices.ContainsFunc(strings.Split(c.ConsulServices, ","), func(s string) bool { return strings.TrimSpace(s) == "" }) {
+		bad("CONSUL_SERVICES", "%q has an empty entry; list services by name or pattern, e.g. web,api-*", c.ConsulServices)
+	}
+	if c.ConsulServices != "" && c.Template == "" {
+		bad("CONSUL_SERVICES", "is for a template of your own (SEAMLESS_TEMPLATE); the built-in template watches the services with seamless.* tags on its own")
 	}
 	if _, _, err := c.Delims(); err != nil {
 		bad("TEMPLATE_DELIMITERS", "%q: %v", c.TemplateDelimiters, err)

@@ -128,6 +128,7 @@ func TestOutOfRangeValuesFromTheFieldAreRefused(t *testing.T) {
 		{"SEAMLESS_CONSUL_ADDRS", "unix:///run/consul.sock,127.0.0.1:8500"},
 		{"SEAMLESS_CONSUL_ADDRS", "127.0.0.1:8500,https://consul-b:8501"},
 		{"SEAMLESS_CONSUL_MAX_STALE", "100ms"},
+		{"SEAMLESS_CONSUL_SERVICES", "web"}, // without SEAMLESS_TEMPLATE
 	} {
 		t.Run(tt.key+"="+tt.value, func(t *testing.T) {
 			t.Setenv(tt.key, tt.value)
@@ -236,5 +237,25 @@ func TestConsulAgents(t *testing.T) {
 	}
 	if c.ConsulMaxStale != 10*time.Second {
 		t.Errorf("default maximum staleness %s, want 10s", c.ConsulMaxStale)
+	}
+}
+
+// SEAMLESS_CONSUL_SERVICES is a list of names and shell patterns, for a
+// template of the user's own; a bad pattern or an empty entry is refused.
+func TestConsulServices(t *testing.T) {
+	t.Setenv("SEAMLESS_TEMPLATE", "/etc/haproxy.tmpl")
+	t.Setenv("SEAMLESS_CONSUL_SERVICES", " web, api-* ")
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.ConsulServicePatterns(), []string{"web", "api-*"}; !slices.Equal(got, want) {
+		t.Errorf("patterns %q, want %q", got, want)
+	}
+	for _, bad := range []string{"web,[", "web,,api"} {
+		t.Setenv("SEAMLESS_CONSUL_SERVICES", bad)
+		if _, err := Load(); err == nil || !strings.Contains(err.Error(), "SEAMLESS_CONSUL_SERVICES") {
+			t.Errorf("%q: error %v, want one naming SEAMLESS_CONSUL_SERVICES", bad, err)
+		}
 	}
 }

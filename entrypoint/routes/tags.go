@@ -24,6 +24,14 @@ const (
 	tagPrefix = "seamless."
 )
 
+// Routed reports whether a service whose instances carry tags between
+// them can be routed at all: Build routes only services with a seamless.*
+// tag, on any instance. A source may leave the others out (consul.Config's
+// Wanted) and the configuration stays the same, provided no other source
+// has a service of the same name (Build groups instances by name, across
+// sources). The name is not used.
+func Routed(_ string, tags []string) bool { return hasSeamlessTag(tags) }
+
 // Limits of what a tag or a registration may carry.
 const (
 	maxPath = 256

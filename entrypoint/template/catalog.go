@@ -163,6 +163,11 @@ func (r *render) service(args ...string) ([]*HealthService, error) {
 	if err != nil {
 		return nil, err
 	}
+	if w := r.t.opts.Watched; w != nil && !w(q.name) {
+		// Rendered as empty it would drop a backend's servers: an
+		// incomplete configuration must not be applied.
+		return nil, fmt.Errorf("service %q is not watched: SEAMLESS_CONSUL_SERVICES names the services the template may read; add it", q.name)
+	}
 	cat, ok := r.catalog(q.dc)
 	if !ok {
 		return out, nil

@@ -175,3 +175,19 @@ func itoa(i int) string {
 	}
 	return itoa(i/10) + digits[i%10:i%10+1]
 }
+
+// With the services watched named (SEAMLESS_CONSUL_SERVICES), reading
+// another is an error, not an empty list: its instances are missing, not
+// absent, and a backend rendered without them must not be applied.
+func TestServiceOutsideTheWatchedOnesIsAnError(t *testing.T) {
+	opts := testOptions()
+	opts.Watched = func(name string) bool { return name == "web" || name == "api" }
+	r, err := renderText(t, "w.tmpl", `{{range service "web"}}{{.Port}} {{end}}{{range service "http.api"}}{{.Port}}{{end}}`, opts, testState())
+	if err != nil || len(r.Config) == 0 {
+		t.Fatalf("watched services: %q, %v", r.Config, err)
+	}
+	_, err = renderText(t, "w.tmpl", `{{range service "web"}}{{.Port}}{{end}}{{range service "db|any"}}{{.Port}}{{end}}`, opts, testState())
+	if err == nil || !strings.Contains(err.Error(), `service "db" is not watched`) || !strings.Contains(err.Error(), "SEAMLESS_CONSUL_SERVICES") {
+		t.Errorf("a service not watched: error %v, want one naming db and SEAMLESS_CONSUL_SERVICES", err)
+	}
+}

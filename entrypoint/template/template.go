@@ -87,6 +87,10 @@ type Options struct {
 	// by default such a key is left out. Only the operator sets it: no
 	// catalog data reaches it.
 	RawMeta bool
+	// Watched, when set, is the services a Consul source watches
+	// (SEAMLESS_CONSUL_SERVICES): `service` refuses any other name, since
+	// its instances would be missing, not absent. nil: every service.
+	Watched func(name string) bool
 	// Log receives warnings about the output (an unrendered pair of
 	// delimiters); nil discards them.
 	Log *slog.Logger

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +27,13 @@ import (
 // raised so that every service can be watched:
 //
 //	SEAMLESS_BENCH=1 go test -run TestBenchChangeCost -v ./entrypoint/discovery/consul/
+//
+// SEAMLESS_BENCH_ROUTED=R gives the first R services a seamless.* tag
+// (the changed one among them); SEAMLESS_BENCH_NARROW=1 then watches
+// those alone, as the built-in template does. It also reports the
+// connections held, and the test process's heap, stacks and RSS once the
+// source is steady (run each variant in a process of its own to compare
+// RSS).
 func TestBenchChangeCost(t *testing.T) {
 	if os.Getenv("SEAMLESS_BENCH") != "1" {
 		t.Skip("a measurement: SEAMLESS_BENCH=1 runs it")
@@ -35,6 +43,11 @@ func TestBenchChangeCost(t *testing.T) {
 	if err != nil || k < 1 || k > 10 {
 		t.Fatalf("SEAMLESS_BENCH_INSTANCES: want 1 to 10")
 	}
+	routedN, err := strconv.Atoi(cmpOr(os.Getenv("SEAMLESS_BENCH_ROUTED"), "0"))
+	if err != nil || routedN < 0 {
+		t.Fatalf("SEAMLESS_BENCH_ROUTED: want a count of services")
+	}
+	narrow := os.Getenv("SEAMLESS_BENCH_NARROW") == "1"
 	for _, f := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(f)
 		if err != nil {
@@ -43,16 +56,25 @@ func TestBenchChangeCost(t *testing.T) {
 		t.Run(fmt.Sprintf("%d services × %d", n, k), func(t *testing.T) {
 			addr := benchConsul(t)
 			c := benchClient(t, addr)
-			populateK(t, c, n, k)
-			r := startSource(t, addr, Config{Watches: n + 16}, model.LocalCatalog)
+			routedK := min(routedN, n)
+			populateTagged(t, c, n, k, routedK)
+			cfg, watched, insts := Config{Watches: n + 16}, n+1, n*k+1 // and the consul service
+			if narrow && routedK > 0 {
+				cfg.Wanted, watched, insts = routed, routedK, routedK*k
+			}
+			r := startSource(t, addr, cfg, model.LocalCatalog)
 			r.waitFor("every service", func(s model.Snapshot) bool {
-				return s.Local() != nil && len(s.Local().Instances) == n*k+1
+				return s.Local() != nil && len(s.Local().Instances) == insts
 			})
-			r.steady(watching(n + 1))
+			r.steady(watching(watched))
 			i := n / 2
+			if routedK > 0 {
+				i = routedK / 2
+			}
 			setCheck(t, c, i, api.HealthWarning) // the first change moves the query onto the streaming view
 			r.waitFor("the first change", statusOn(i, api.HealthWarning))
-			r.steady(watching(n + 1))
+			r.steady(watching(watched))
+			reportMemory(t, r, n, watched)
 			reqs, bytes := r.src.Requests(), r.src.received.Load()
 			const changes = 20
 			var took []time.Duration
@@ -69,7 +91,7 @@ func TestBenchChangeCost(t *testing.T) {
 					}
 				}
 				took = append(took, time.Since(start))
-				r.steady(watching(n + 1))
+				r.steady(watching(watched))
 				// Isolated changes: one within minInterval of the last answer
 				// waits for it in either design (coalescing).
 				time.Sleep(minInterval)
@@ -85,7 +107,11 @@ func TestBenchChangeCost(t *testing.T) {
 // populateK registers n services of k instances each, instance j of
 // svc-i on node-(i+j)%10, each with a passing check svc-i-http; setCheck
 // changes the one on node-i%10.
-func populateK(t testing.TB, c *api.Client, n, k int) {
+func populateK(t testing.TB, c *api.Client, n, k int) { populateTagged(t, c, n, k, 0) }
+
+// populateTagged is populateK with svc-0 to svc-(routed-1) tagged
+// seamless.http.host=svc-i.example.
+func populateTagged(t testing.TB, c *api.Client, n, k, routed int) {
 	t.Helper()
 	var ops api.TxnOps
 	for i := range 10 {
@@ -94,11 +120,15 @@ func populateK(t testing.TB, c *api.Client, n, k int) {
 	}
 	for i := range n {
 		name := fmt.Sprintf("svc-%d", i)
+		var tags []string
+		if i < routed {
+			tags = []string{"seamless.http.host=" + name + ".example"}
+		}
 		for j := range k {
 			node := fmt.Sprintf("node-%d", (i+j)%10)
 			ops = append(ops,
 				&api.TxnOp{Service: &api.ServiceTxnOp{Verb: api.ServiceSet, Node: node,
-					Service: api.AgentService{ID: name, Service: name, Port: 8000 + i}}},
+					Service: api.AgentService{ID: name, Service: name, Port: 8000 + i, Tags: tags}}},
 				&api.TxnOp{Check: &api.CheckTxnOp{Verb: api.CheckSet, Check: api.HealthCheck{Node: node,
 					CheckID: name + "-http", Name: name + "-http", Status: api.HealthPassing, ServiceID: name}}})
 		}
@@ -177,4 +207,38 @@ func benchClient(t *testing.T, addr string) *api.Client {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// reportMemory logs the connections the source holds and what the test
+// process (the source, little else) keeps in memory once it is steady.
+func reportMemory(t *testing.T, r *running, n, watched int) {
+	t.Helper()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	sockets := 0
+	fds, _ := os.ReadDir("/proc/self/fd")
+	for _, fd := range fds {
+		if l, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && strings.HasPrefix(l, "socket:") {
+			sockets++
+		}
+	}
+	listed, w := r.src.Services()
+	t.Logf("%d services, %d watched (Services(): %d of %d listed): %d requests held, %d sockets open; heap %.1f MiB, stacks %.1f MiB, %d goroutines, RSS %s",
+		n, watched, w, listed, r.src.inFlight(), sockets, float64(ms.HeapAlloc)/(1<<20), float64(ms.StackInuse)/(1<<20),
+		runtime.NumGoroutine(), vmRSS())
+}
+
+// vmRSS is the test process's resident set, as /proc says it.
+func vmRSS() string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return "?"
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "?"
 }

@@ -78,6 +78,7 @@ type catalogFetcher struct {
 	s      *Source
 	dc     string // "" = the agent's
 	budget int
+	set    *watchSet     // which services are watched, in every mode
 	split  *splitCatalog // the per-service watches; nil while the dump serves
 	dump   bool          // over the budget: the node dump serves
 
@@ -106,7 +107,7 @@ func (f *catalogFetcher) fetch(ctx context.Context) (model.Result, error) {
 		return r, nil
 	}
 	if f.split == nil {
-		f.split = newSplitCatalog(ctx, f.s, f.dc, f.budget)
+		f.split = newSplitCatalog(ctx, f.s, f.dc, f.budget, f.set)
 	}
 	cat, err := f.split.fetch(ctx)
 	if over := (*overBudget)(nil); errors.As(err, &over) {
@@ -173,7 +174,7 @@ func (f *catalogFetcher) fetchDump(ctx context.Context) (model.Result, error) {
 		f.s.log.Warn("Consul does not serve "+nodeDumpPath+" (a proxy in front of it, or a Consul without it): "+
 			"watching public endpoints instead, with one request per service at every change",
 			"consul", f.s.addr(), "answer", se.Body)
-		f.public = &publicCatalog{s: f.s, dc: f.dc, dcName: f.dcName}
+		f.public = &publicCatalog{s: f.s, dc: f.dc, dcName: f.dcName, set: f.set}
 		return f.public.fetch(ctx)
 	}
 	if err != nil {
@@ -193,6 +194,7 @@ func (f *catalogFetcher) fetchDump(ctx context.Context) (model.Result, error) {
 		f.s.log.Warn("the token may not read all of the catalog; Consul left out what it may not read",
 			"datacenter", f.dcName)
 	}
+	f.set.narrowDump(dump)
 	cat := convertDump(dump, f.dcName, f.s.cfg.TagFilter)
 	cat.Index = meta.LastIndex
 	f.last = model.Result{Catalog: cat}

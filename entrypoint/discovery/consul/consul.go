@@ -38,6 +38,13 @@ type Config struct {
 	// TagFilter: report only instances that carry this tag; "" reports
 	// every instance.
 	TagFilter string
+	// Wanted, when set, says which services of a catalog are used, from
+	// the service's name and the union of its instances' tags (what
+	// /v1/catalog/services lists): the others get no query, are left out
+	// of the catalog, and do not count against Watches. It is asked again
+	// whenever the list changes (a tag added or removed moves it), so it
+	// must depend on nothing else. nil: every service.
+	Wanted func(name string, tags []string) bool
 	// Datacenter replaces the agent's own datacenter for every query that
 	// names none (the local catalog, KV); "" keeps the agent's.
 	Datacenter string
@@ -52,8 +59,9 @@ type Config struct {
 	// answer the source is stale. 0 means DefaultMargin; tests shorten it.
 	Margin time.Duration
 	// Watches is the budget of blocking queries (HTTP connections) the
-	// catalog of one datacenter may hold: one per service plus two. A
-	// catalog with more services is read with one query on the node dump.
+	// catalog of one datacenter may hold: one per watched service plus
+	// two. A catalog with more services to watch is read with one query
+	// on the node dump.
 	// 0 means DefaultWatches.
 	Watches int
 	// MaxStale bounds how far behind its leader the server answering may

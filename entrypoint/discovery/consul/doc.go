@@ -15,7 +15,11 @@
 // each a blocking query (&index=<i>&wait=<WaitTime>[&stale]). A health
 // query is started when its service appears (with Config.TagFilter, only
 // for services whose tags include it, and the query filters by the tag)
-// and stopped when it is gone. On the local agent a blocking health query
+// and stopped when it is gone. With Config.Wanted, only for the services
+// it takes, judged from the service list's tags (each service's union
+// over its instances, so the answer moves when a tag is added or
+// removed): the others are left out of the catalog, in every mode below
+// alike (narrow.go), and do not count against the budget. On the local agent a blocking health query
 // is served from the agent's streaming view (Consul 1.10+,
 // use_streaming_backend, on by default); it needs no parameter: the
 // agent takes that path for any request with an index (Consul 1.14
@@ -29,7 +33,7 @@
 // service's bytes (a check change does not move the service list), and a
 // change to a node check wakes the services of that node.
 //
-// Connections: S+2 blocking queries per datacenter for S services, each
+// Connections: S+2 blocking queries per datacenter for S watched services, each
 // one HTTP/1.1 connection, kept open and reused (the transport keeps that
 // many idle). An agent allows 200 per client address by default
 // (http_max_conns_per_client), so the catalog holds at most Config.Watches

@@ -20,6 +20,7 @@ type publicCatalog struct {
 	s      *Source
 	dc     string
 	dcName string
+	set    *watchSet
 	// indexes of the three wake-up endpoints, from the last listing.
 	index  [len(wakePaths)]uint64
 	last   model.Result
@@ -137,12 +138,8 @@ func (p *publicCatalog) list(ctx context.Context) (model.Result, error) {
 			p.dcName = n.Datacenter
 		}
 	}
-	names := make([]string, 0, len(services))
-	for name := range services {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	// Only the services used are read, as per service.
+	for _, name := range p.set.update(services) {
 		entries, _, err := p.s.client.Health().Service(name, "", false, opts)
 		if err != nil {
 			return model.Result{}, fmt.Errorf("listing service %q: %w", name, err)

@@ -90,6 +90,7 @@ type splitCatalog struct {
 	s      *Source
 	dc     string
 	budget int
+	set    *watchSet
 
 	ctx    context.Context // the sub-watches' lifetime
 	cancel context.CancelFunc
@@ -127,8 +128,8 @@ type splitCatalog struct {
 	restartCancel context.CancelFunc
 }
 
-func newSplitCatalog(ctx context.Context, s *Source, dc string, budget int) *splitCatalog {
-	c := &splitCatalog{s: s, dc: dc, budget: budget, events: make(chan event, 64),
+func newSplitCatalog(ctx context.Context, s *Source, dc string, budget int, set *watchSet) *splitCatalog {
+	c := &splitCatalog{s: s, dc: dc, budget: budget, set: set, events: make(chan event, 64),
 		health: map[string]*sub{}, parts: map[string][]model.Instance{}, stale: map[*sub]string{},
 		indexes: map[*sub]uint64{}}
 	c.ctx, c.cancel = context.WithCancel(ctx)
@@ -264,17 +265,12 @@ func (c *splitCatalog) apply(ev event) *overBudget {
 	switch ev.sub.kind {
 	case partServices:
 		c.haveServices = true
-		tag := c.s.cfg.TagFilter
-		want := make([]string, 0, len(ev.services))
-		for name, tags := range ev.services {
-			if tag == "" || slices.Contains(tags, tag) {
-				want = append(want, name)
-			}
-		}
+		// Only the services used are watched, and counted against the
+		// budget.
+		want := c.set.update(ev.services)
 		if len(want)+fixedWatches > c.budget {
 			return &overBudget{services: len(want)}
 		}
-		slices.Sort(want)
 		for name, sb := range c.health {
 			if _, ok := slices.BinarySearch(want, name); !ok {
 				sb.cancel()

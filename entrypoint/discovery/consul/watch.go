@@ -46,7 +46,7 @@ func (s *Source) newFetcher(q model.Query) fetcher {
 	}
 	switch q.Kind {
 	case model.QueryCatalog:
-		return &catalogFetcher{s: s, dc: dc, budget: s.cfg.Watches}
+		return &catalogFetcher{s: s, dc: dc, budget: s.cfg.Watches, set: newWatchSet(s, dc)}
 	case model.QueryKey, model.QueryPrefix:
 		return &kvFetcher{s: s, dc: dc, key: q.Key, prefix: q.Kind == model.QueryPrefix}
 	default: // model.QueryDatacenters; Want lets no other kind through
