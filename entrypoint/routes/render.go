@@ -151,22 +151,19 @@ func (r *Renderer) render(st model.State) (model.Rendering, slotPlan, []Skip, er
 	return out, plan, skipped, nil
 }
 
-// fillSlots describes the slots of v; the structure around them is
-// digested with the backends' text (fragments.go).
+// fillSlots describes the slots of v, each backend's list shared with
+// the last rendering when its slots did not change (slotCache); the
+// structure around them is digested with the backends' text
+// (fragments.go).
 func (r *Renderer) fillSlots(out *model.Rendering, v view) {
-	n := 0
+	lists := make([][]model.ServerSlot, 0, len(v.Backends))
 	for _, b := range v.Backends {
-		n += len(b.slots)
-	}
-	out.Servers = make([]model.ServerSlot, 0, n)
-	for _, b := range v.Backends {
-		from := len(out.Servers)
-		out.Servers = append(out.Servers, b.slots...)
-		r.servers.share(b.Name, out.Servers[from:len(out.Servers):len(out.Servers)])
+		lists = append(lists, b.slots)
 		if !b.recheck.IsZero() && (out.Recheck.IsZero() || b.recheck.Before(out.Recheck)) {
 			out.Recheck = b.recheck
 		}
 	}
+	out.Servers = model.SlotsByBackend(lists)
 }
 
 // view is what the template sees: only strings that passed a check below.

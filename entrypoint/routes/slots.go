@@ -303,19 +303,6 @@ func (c *slotCache) of(backend string, slots []slot) ([]viewServer, []model.Serv
 	return e.vs, e.ms
 }
 
-// share makes the backend's cached slots the rendering's copy of them,
-// which describes them the same and is never written: the slots of every
-// backend are then held once, by the rendering, not once more here. Call
-// it after the rendering's done.
-func (c *slotCache) share(backend string, ms []model.ServerSlot) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.last[backend]; ok && len(e.ms) == len(ms) {
-		e.ms = ms
-		c.last[backend] = e
-	}
-}
-
 // done ends a rendering: what it did not ask for is forgotten.
 func (c *slotCache) done() {
 	c.mu.Lock()
