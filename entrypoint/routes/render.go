@@ -38,6 +38,9 @@ type Renderer struct {
 	servers   slotCache    // each backend's servers by its slots
 	plans     planCache    // each backend's unchanged plan by its servers
 	checked   checked      // the strings the last rendering checked
+	mu        sync.Mutex   // one rendering at a time: shaped and backends
+	shaped    shapedView   // the view's parts that follow the routes alone
+	backends  []viewBackend
 	now       func() time.Time
 	log       *slog.Logger
 }
@@ -117,6 +120,8 @@ func (r *Renderer) commit(plan slotPlan, skipped []Skip) {
 
 // render is Render with what Commit would commit.
 func (r *Renderer) render(st model.State) (model.Rendering, slotPlan, []Skip, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	out := model.Rendering{Queries: []model.Query{model.LocalCatalog}}
 	res, ok := st.Result(model.LocalCatalog)
 	if !ok {
@@ -128,7 +133,6 @@ func (r *Renderer) render(st model.State) (model.Rendering, slotPlan, []Skip, er
 		c = *res.Catalog
 	}
 	rt, skipped := buildCached(c, r.policy, &r.services)
-	out.Routes = statusRoutes(rt)
 	for _, s := range skipped {
 		out.Skipped = append(out.Skipped, s.String())
 	}
@@ -136,6 +140,7 @@ func (r *Renderer) render(st model.State) (model.Rendering, slotPlan, []Skip, er
 	if err != nil {
 		return out, slotPlan{}, nil, err
 	}
+	out.Routes = r.shaped.routes
 	if err := r.fitFDs(v); err != nil {
 		return out, slotPlan{}, nil, err
 	}
@@ -192,6 +197,7 @@ type viewBackend struct {
 	TCP     bool
 	Servers []viewServer
 	slots   []model.ServerSlot
+	held    []slot // what slots describes
 	recheck time.Time
 }
 
@@ -271,20 +277,31 @@ func (c *checked) done() {
 	c.hits = 0
 }
 
-// view checks every string of rt for the template and places the servers
-// into slots planned from the committed table at now.
-func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
-	v := view{HTTPBind: r.http.String(), Default: "no-route"}
-	defer r.checked.done()
-	errs := []error{r.checked.check("bind", bindRe, v.HTTPBind)}
-	if r.stats.port != 0 {
-		v.StatsBind = r.stats.String()
-		errs = append(errs, r.checked.check("bind", bindRe, v.StatsBind))
+// shapedView is what of a view follows the routes alone (not their
+// servers), kept while the routes keep their shape (Routes.shape): a
+// change of servers makes none of it again.
+type shapedView struct {
+	shape     *assembly // nil: made for routes without one, not kept
+	rules     []viewRule
+	def       string
+	listeners []viewListener
+	https     viewHTTPS
+	routes    []model.Route // statusRoutes
+	err       error
+}
+
+// shape fills r.shaped for rt, checking its strings, unless it holds rt's
+// shape already.
+func (r *Renderer) shape(rt Routes) {
+	if rt.shape != nil && r.shaped.shape == rt.shape {
+		return
 	}
+	sv := shapedView{shape: rt.shape, def: "no-route", routes: statusRoutes(rt)}
+	var errs []error
 	for _, rule := range rt.Rules {
 		errs = append(errs, r.checked.check("backend", identRe, rule.Backend))
 		if rule.CatchAll() {
-			v.Default = rule.Backend
+			sv.def = rule.Backend
 			continue
 		}
 		vr := viewRule{Backend: rule.Backend}
@@ -299,22 +316,53 @@ func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
 			vr.Path = rule.Path + "/"
 			errs = append(errs, r.checked.check("path", pathRe, vr.Path))
 		}
-		v.Rules = append(v.Rules, vr)
+		sv.rules = append(sv.rules, vr)
 	}
+	var v view
 	errs = append(errs, v.setHTTPS(r.http, rt))
+	sv.https = v.HTTPS
 	for _, l := range rt.Listeners {
 		vl := viewListener{Name: fmt.Sprintf("tcp-%d", l.Port), Bind: r.http.hostPort(l.Port), Backend: l.Backend}
 		errs = append(errs, r.checked.check("bind", bindRe, vl.Bind), r.checked.check("backend", identRe, vl.Backend))
-		v.Listeners = append(v.Listeners, vl)
+		sv.listeners = append(sv.listeners, vl)
 	}
+	for _, err := range errs {
+		if err != nil {
+			sv.err = err // the first that failed
+			break
+		}
+	}
+	r.shaped = sv
+}
+
+// view checks every string of rt for the template and places the servers
+// into slots planned from the committed table at now. Its Backends are
+// the renderer's, made again by the next view.
+func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
+	v := view{HTTPBind: r.http.String()}
+	defer r.checked.done()
+	firstErr := r.checked.check("bind", bindRe, v.HTTPBind)
+	keep := func(err error) {
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	if r.stats.port != 0 {
+		v.StatsBind = r.stats.String()
+		keep(r.checked.check("bind", bindRe, v.StatsBind))
+	}
+	r.shape(rt)
+	v.Rules, v.Default, v.Listeners, v.HTTPS = r.shaped.rules, r.shaped.def, r.shaped.listeners, r.shaped.https
+	keep(r.shaped.err)
 	if r.stateFile != "" {
 		v.StateFile = r.stateFile
-		errs = append(errs, r.checked.check("server-state file", fileRe, v.StateFile))
+		keep(r.checked.check("server-state file", fileRe, v.StateFile))
 	}
-	committed := r.table.committedBackends()
+	committed := r.table.committed()
 	defer r.servers.done()
 	defer r.plans.done()
-	plan := slotPlan{backends: make(map[string][]slot, len(committed))}
+	plan := newPlanner(committed)
+	backends := r.backends[:0]
 	for _, s := range rt.Services {
 		for _, b := range []struct {
 			name string
@@ -323,13 +371,13 @@ func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
 			if b.name == "" {
 				continue
 			}
-			errs = append(errs, r.checked.check("backend", identRe, b.name))
+			keep(r.checked.check("backend", identRe, b.name))
 			vb := viewBackend{Name: b.name, TCP: b.tcp}
 			if r.slots > 0 {
-				var held []slot
-				held, vb.recheck = r.plans.plan(b.name, committed[b.name], s.Servers, r.slots, r.drain, now)
-				plan.backends[b.name] = held
-				vb.Servers, vb.slots = r.servers.of(b.name, held)
+				cs, found := committed.get(b.name)
+				vb.held, vb.recheck = r.plans.plan(b.name, cs, s.Servers, r.slots, r.drain, now)
+				plan.set(b.name, cs, vb.held, found)
+				vb.Servers, vb.slots = r.servers.of(b.name, vb.held)
 			} else {
 				for _, srv := range s.Servers {
 					vb.Servers = append(vb.Servers, viewServer{Name: srv.Name, Addr: srv.Addr(), Weight: srv.Weight})
@@ -337,13 +385,16 @@ func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
 			}
 			// The servers are checked where the backend's text is made
 			// (fragments.backends), once per change of them.
-			v.Backends = append(v.Backends, vb)
+			backends = append(backends, vb)
 		}
 	}
-	for _, err := range errs {
-		if err != nil {
-			return view{}, slotPlan{}, err
-		}
+	r.backends, v.Backends = backends, backends
+	if firstErr != nil {
+		return view{}, slotPlan{}, firstErr
 	}
-	return v, plan, nil
+	return v, plan.plan(func(yield func(string, []slot)) {
+		for _, b := range backends {
+			yield(b.Name, b.held)
+		}
+	}), nil
 }
