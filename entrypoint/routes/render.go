@@ -326,6 +326,13 @@ func (r *Renderer) shape(rt Routes) {
 		errs = append(errs, r.checked.check("bind", bindRe, vl.Bind), r.checked.check("backend", identRe, vl.Backend))
 		sv.listeners = append(sv.listeners, vl)
 	}
+	for _, s := range rt.Services { // the backends' names, part of the shape
+		for _, b := range [2]string{s.HTTPBackend, s.TCPBackend} {
+			if b != "" {
+				errs = append(errs, r.checked.check("backend", identRe, b))
+			}
+		}
+	}
 	for _, err := range errs {
 		if err != nil {
 			sv.err = err // the first that failed
@@ -371,7 +378,6 @@ func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
 			if b.name == "" {
 				continue
 			}
-			keep(r.checked.check("backend", identRe, b.name))
 			vb := viewBackend{Name: b.name, TCP: b.tcp}
 			if r.slots > 0 {
 				cs, found := committed.get(b.name)
