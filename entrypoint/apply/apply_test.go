@@ -373,15 +373,16 @@ func (slotLines) Render(st model.State) (model.Rendering, error) {
 	r := model.Rendering{Queries: []model.Query{model.LocalCatalog}, Structure: []byte("two slots")}
 	var b strings.Builder
 	insts := st.Local().Instances
+	var slots []model.ServerSlot
 	for i := range 2 {
 		s := model.ServerSlot{Backend: "web", Server: fmt.Sprintf("s%d", i+1), Weight: 1, State: model.SlotMaint}
 		if i < len(insts) {
 			s.Instance, s.Address, s.Port, s.State = insts[i].ID, insts[i].Address, insts[i].Port, model.SlotReady
 		}
-		r.Servers = append(r.Servers, s)
+		slots = append(slots, s)
 		fmt.Fprintf(&b, "server %s %s:%d %s\n", s.Server, s.Address, s.Port, s.State)
 	}
-	r.Config = []byte(b.String())
+	r.Config, r.Servers = []byte(b.String()), model.SlotsOf(slots)
 	return r, nil
 }
 

@@ -200,7 +200,7 @@ func TestBenchPipeline(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						fake = newHAProxyServers(rend.Servers)
+						fake = newHAProxyServers(rend.Servers.Flat())
 						a.opts.Runtime = fake
 						a.reasons = []string{"start"}
 						a.apply(ctx, true)
@@ -240,7 +240,7 @@ func TestBenchPipeline(t *testing.T) {
 				st.time("apply: plan (compare, hash, structure)", func() { how = a.plan(&at) })
 				if path == "builtin" {
 					if fake == nil {
-						fake = newHAProxyServers(rend.Servers)
+						fake = newHAProxyServers(rend.Servers.Flat())
 						a.opts.Runtime = fake
 					}
 					if a.runRend != nil && how != runtimeUpdate {
@@ -248,7 +248,7 @@ func TestBenchPipeline(t *testing.T) {
 					}
 					if a.runRend != nil {
 						var cmds []string
-						st.time("runtime: commands", func() { cmds, _ = runtimeCommands(a.runRend.Servers, rend.Servers) })
+						st.time("runtime: commands", func() { cmds, _ = slotCommands(a.runRend.Servers, rend.Servers) })
 						st.time("runtime: apply + show servers state + verify", func() {
 							if err := fake.Apply(ctx, cmds); err != nil {
 								t.Fatal(err)

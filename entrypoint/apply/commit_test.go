@@ -164,7 +164,7 @@ func TestAChangeHAProxyDidNotTakeLeavesTheSlotTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	running := r.file(t)
-	h := newHAProxyServers(r.a.runRend.Servers)
+	h := newHAProxyServers(r.a.runRend.Servers.Flat())
 	r.a.opts.Runtime = h
 	r.run(t)
 

@@ -46,7 +46,7 @@ func (a *Applier) updateRuntime(ctx context.Context, at attempt) bool {
 // runtime changes the slots over the runtime API, checks that HAProxy
 // runs them, and writes the file, so that a later reload changes nothing.
 func (a *Applier) runtime(ctx context.Context, rend model.Rendering) error {
-	cmds, err := runtimeCommands(a.runRend.Servers, rend.Servers)
+	cmds, err := slotCommands(a.runRend.Servers, rend.Servers)
 	if err != nil {
 		return err
 	}
@@ -135,10 +135,10 @@ func (a *Applier) saveServerState(ctx context.Context, next model.Rendering) {
 	state := "1\n"
 	var prev []model.ServerSlot
 	if a.runRend != nil {
-		prev = a.runRend.Servers
+		prev = a.runRend.Servers.Flat()
 	}
 	if raw, _, err := a.opts.Runtime.ServersState(ctx); err == nil {
-		state = keepState(raw, prev, next.Servers)
+		state = keepState(raw, prev, next.Servers.Flat())
 	} else {
 		a.log.Warn("cannot save the servers' runtime state; the new worker starts from the file", "err", err)
 	}

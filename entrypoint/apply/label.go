@@ -27,23 +27,34 @@ func describe(change string, before *model.Rendering, after model.Rendering) str
 
 // slotChange lists the slots whose state differs: "web/s2: drain → maint
 // (freed)". A slot that only changed address or weight is a service's
-// change and already in Change.
-func slotChange(before, after []model.ServerSlot) string {
-	was := make(map[[2]string]string, len(before))
-	for _, s := range before {
-		was[[2]string{s.Backend, s.Server}] = s.State
+// change and already in Change. A backend whose list is the one before
+// (shared, not a copy) is skipped unread.
+func slotChange(before, after model.Slots) string {
+	was := make(map[string][]model.ServerSlot, len(before.Backends()))
+	for _, b := range before.Backends() {
+		was[b[0].Backend] = b
 	}
 	var parts []string
-	for _, s := range after {
-		old, ok := was[[2]string{s.Backend, s.Server}]
-		if !ok || old == s.State {
+	for _, b := range after.Backends() {
+		old := was[b[0].Backend]
+		if model.SameSlots(old, b) {
 			continue
 		}
-		p := fmt.Sprintf("%s/%s: %s → %s", s.Backend, s.Server, old, s.State)
-		if old == model.SlotDrain && s.State == model.SlotMaint {
-			p += " (freed)"
+		state := make(map[string]string, len(old))
+		for _, s := range old {
+			state[s.Server] = s.State
 		}
-		parts = append(parts, p)
+		for _, s := range b {
+			o, ok := state[s.Server]
+			if !ok || o == s.State {
+				continue
+			}
+			p := fmt.Sprintf("%s/%s: %s → %s", s.Backend, s.Server, o, s.State)
+			if o == model.SlotDrain && s.State == model.SlotMaint {
+				p += " (freed)"
+			}
+			parts = append(parts, p)
+		}
 	}
 	return strings.Join(parts, "; ")
 }

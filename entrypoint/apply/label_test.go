@@ -50,6 +50,7 @@ func (d *drainRender) Render(st model.State) (model.Rendering, error) {
 	r := model.Rendering{Queries: []model.Query{model.LocalCatalog}, Structure: []byte("two slots")}
 	insts := st.Local().Instances
 	var b strings.Builder
+	var slots []model.ServerSlot
 	for i := range 2 {
 		s := model.ServerSlot{Backend: "web", Server: fmt.Sprintf("s%d", i+1), Weight: 1, State: model.SlotMaint}
 		switch {
@@ -59,10 +60,10 @@ func (d *drainRender) Render(st model.State) (model.Rendering, error) {
 			s.Instance, s.Address, s.Port, s.State = "10.0.0.2", "10.0.0.2", 80, model.SlotDrain
 			r.Recheck = d.drainUntil
 		}
-		r.Servers = append(r.Servers, s)
+		slots = append(slots, s)
 		fmt.Fprintf(&b, "server %s %s:%d %s\n", s.Server, s.Address, s.Port, s.State)
 	}
-	r.Config = []byte(b.String())
+	r.Config, r.Servers = []byte(b.String()), model.SlotsOf(slots)
 	return r, nil
 }
 

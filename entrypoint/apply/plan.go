@@ -48,6 +48,6 @@ func (a *Applier) plan(at *attempt) step {
 
 // runtimeApplies: rend differs from what runs only in its server slots.
 func (a *Applier) runtimeApplies(rend model.Rendering, force bool) bool {
-	return !force && a.opts.Runtime != nil && a.runRend != nil && len(rend.Servers) > 0 &&
+	return !force && a.opts.Runtime != nil && a.runRend != nil && rend.Servers.Len() > 0 &&
 		len(rend.Structure) > 0 && bytes.Equal(rend.Structure, a.runRend.Structure)
 }

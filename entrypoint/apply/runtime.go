@@ -31,11 +31,11 @@ type backendStates interface {
 // touchedState reads back the servers of the backends cmds touched, and
 // returns the slots of want in those backends (all of them, and every
 // server's state, when the Runtime can only read them all).
-func touchedState(ctx context.Context, rt Runtime, want []model.ServerSlot, touched map[string]bool) ([]model.ServerSlot, []haproxy.ServerState, error) {
+func touchedState(ctx context.Context, rt Runtime, want model.Slots, touched map[string]bool) ([]model.ServerSlot, []haproxy.ServerState, error) {
 	bs, ok := rt.(backendStates)
 	if !ok {
 		_, states, err := rt.ServersState(ctx)
-		return want, states, err
+		return want.Flat(), states, err
 	}
 	backends := map[string]bool{}
 	for k := range touched {
@@ -44,9 +44,9 @@ func touchedState(ctx context.Context, rt Runtime, want []model.ServerSlot, touc
 		}
 	}
 	var in []model.ServerSlot
-	for _, w := range want {
-		if backends[w.Backend] {
-			in = append(in, w)
+	for _, b := range want.Backends() {
+		if backends[b[0].Backend] {
+			in = append(in, b...)
 		}
 	}
 	states, err := bs.BackendServersState(ctx, slices.Sorted(maps.Keys(backends)))

@@ -138,7 +138,7 @@ func TestARuntimeChangeReadsBackOnlyWhatItTouched(t *testing.T) {
 	if err := r.a.Start(startCtx(t, r)); err != nil {
 		t.Fatal(err)
 	}
-	h := newHAProxyServers(r.a.runRend.Servers)
+	h := newHAProxyServers(r.a.runRend.Servers.Flat())
 	r.a.opts.Runtime = h
 	r.run(t)
 	src.ch <- both("w1", "w2", "w3")

@@ -62,7 +62,7 @@ func (a *Applier) publish() {
 func runningView(rend *model.Rendering, insts []model.Instance, indexes map[string]uint64) *Running {
 	// The rendering's own lists: never written once made, and read only
 	// by /status.
-	v := &Running{Slots: rend.Servers, Skipped: rend.Skipped, Routes: rend.Routes, ConsulIndex: indexes}
+	v := &Running{Slots: rend.Servers.Flat(), Skipped: rend.Skipped, Routes: rend.Routes, ConsulIndex: indexes}
 	type where struct {
 		id, address string
 		port        int

@@ -256,7 +256,7 @@ type Rendering struct {
 	// everything else in Config: two renderings with the same Structure
 	// differ only in those slots. Both are empty for templates without
 	// slots, which always reload.
-	Servers   []ServerSlot
+	Servers   Slots
 	Structure []byte
 	// Recheck, when set, is when the same State must be rendered again
 	// (a removed instance has finished draining).

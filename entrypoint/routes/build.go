@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/seamless-lb/seamless/entrypoint/model"
 )
@@ -29,6 +28,9 @@ type Routes struct {
 	Rules []Rule
 	// Listeners are the TCP ports, by port.
 	Listeners []Listener
+	// shape is the cache's assembly these routes are (cache.go), the same
+	// while the rules, listeners and backends stay; nil from Build.
+	shape *assembly
 }
 
 // Service is one routed service.
@@ -144,76 +146,49 @@ type Policy struct {
 // its instances.
 func Build(c model.Catalog, p Policy) (Routes, []Skip) { return buildCached(c, p, nil) }
 
-// serviceCache keeps each service's buildService answer with the instances
-// it was built from, so that a rendering rebuilds only the services whose
-// instances changed. Each build keeps only the services it saw: a vanished
-// one is forgotten at the next.
-type serviceCache struct {
-	mu     sync.Mutex
-	byName map[string]builtService
-}
-
-type builtService struct {
-	insts []model.Instance
-	cand  candidate
-	ok    bool
-	skips []Skip
-}
-
-// buildCached is Build, through cache when it is not nil (the Policy must not
-// change between its calls).
+// buildCached is Build, through cache when it is not nil (the Policy must
+// not change between its calls); see cache.go.
 func buildCached(c model.Catalog, p Policy, cache *serviceCache) (Routes, []Skip) {
-	var old, next map[string]builtService
 	if cache != nil {
-		cache.mu.Lock()
-		defer cache.mu.Unlock()
-		old, next = cache.byName, make(map[string]builtService, len(cache.byName))
-		defer func() { cache.byName = next }()
+		return cache.build(c, p)
 	}
-	order := func(a, b model.Instance) int {
-		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Node, b.Node), cmp.Compare(a.Address, b.Address),
-			cmp.Compare(a.Port, b.Port), cmp.Compare(a.ID, b.ID), cmp.Compare(a.Source, b.Source))
-	}
-	insts := c.Instances                    // read only
-	if !slices.IsSortedFunc(insts, order) { // a merged catalog is
-		insts = slices.Clone(insts)
-		slices.SortStableFunc(insts, order)
-	}
+	insts := sortedInstances(c.Instances)
 	var sk skips
 	var cands []candidate
 	for i := 0; i < len(insts); {
-		j := i + 1
-		for j < len(insts) && insts[j].Name == insts[i].Name {
-			j++
-		}
-		var cand candidate
-		var ok bool
-		if cache == nil {
-			cand, ok = buildService(insts[i:j], p, &sk)
-		} else {
-			name := insts[i].Name
-			b, hit := old[name]
-			if !hit || !model.EqualInstances(b.insts, insts[i:j]) {
-				var own skips
-				cand, ok = buildService(insts[i:j], p, &own)
-				b = builtService{cand: cand, ok: ok, skips: own.list}
-			}
-			// The catalog's own instances, never written, not a copy:
-			// every entry moves to the newest catalog, so the cache pins
-			// no older one.
-			b.insts = insts[i:j:j]
-			next[name] = b
-			cand, ok = b.cand, b.ok
-			for _, k := range b.skips {
-				sk.add(k.Kind, k.Service, k.Instance, k.Reason)
-			}
-		}
-		if ok {
+		j := nextService(insts, i)
+		if cand, ok := buildService(insts[i:j], p, &sk); ok {
 			cands = append(cands, cand)
 		}
 		i = j
 	}
 	return assemble(cands, p.Reserved, &sk), sk.sorted()
+}
+
+// instanceOrder is the order Build reads a catalog in.
+func instanceOrder(a, b model.Instance) int {
+	return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Node, b.Node), cmp.Compare(a.Address, b.Address),
+		cmp.Compare(a.Port, b.Port), cmp.Compare(a.ID, b.ID), cmp.Compare(a.Source, b.Source))
+}
+
+// sortedInstances returns insts in instanceOrder: insts itself, read only,
+// when it is (a merged catalog is), or a sorted copy.
+func sortedInstances(insts []model.Instance) []model.Instance {
+	if slices.IsSortedFunc(insts, instanceOrder) {
+		return insts
+	}
+	insts = slices.Clone(insts)
+	slices.SortStableFunc(insts, instanceOrder)
+	return insts
+}
+
+// nextService returns the end of the service that starts at i.
+func nextService(insts []model.Instance, i int) int {
+	j := i + 1
+	for j < len(insts) && insts[j].Name == insts[i].Name {
+		j++
+	}
+	return j
 }
 
 // candidate is a service before conflicts between services are resolved.

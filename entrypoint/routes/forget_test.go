@@ -63,7 +63,7 @@ func TestChurnOfServiceNamesLeavesOnlyTheLiveBackends(t *testing.T) {
 	// The last service alone, every drain ended.
 	render(t, r, catalog(svc(name(n-1), 2)...))
 	draining := 0
-	for _, slots := range r.table.committedBackends() {
+	for _, slots := range r.table.committed().all() {
 		for _, s := range slots {
 			if !s.drainUntil.IsZero() {
 				draining++

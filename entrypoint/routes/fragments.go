@@ -61,7 +61,9 @@ func (view) BackendsMark() string { return backendsMark }
 type fragments struct {
 	mu      sync.Mutex
 	globals view // globals() of the last rendering
-	cache   map[string]fragment
+	cache   map[string]*fragment
+	spare   map[string]*fragment // the one before cache, emptied, to fill next
+	texts   [][]byte             // the last rendering's backends, reused
 	// executed counts the backends executed (not found in the cache).
 	executed int
 	last     *mainPart // the last main part executed
@@ -94,15 +96,22 @@ func (f *fragments) backends(v view) ([][]byte, int, []byte, error) {
 	if !reflect.DeepEqual(g, f.globals) {
 		old = nil
 	}
-	next := make(map[string]fragment, len(v.Backends))
-	texts := make([][]byte, 0, len(v.Backends))
+	next := f.spare
+	if next == nil {
+		next = make(map[string]*fragment, len(v.Backends))
+	}
+	clear(next) // what a failed rendering left
+	texts := f.texts[:0]
 	size := 0
 	h := sha256.New()
 	one := v
 	for _, b := range v.Backends {
 		redirect := v.HTTPS.Redirect(b.Name)
 		fr, ok := old[b.Name]
-		if !ok || fr.tcp != b.TCP || fr.redirect != redirect || !slices.Equal(fr.servers, b.Servers) {
+		// The servers of a backend whose slots did not change are the
+		// same list (slotCache): most are not compared one by one.
+		if !ok || fr.tcp != b.TCP || fr.redirect != redirect ||
+			!sameSlice(fr.servers, b.Servers) && !slices.Equal(fr.servers, b.Servers) {
 			if err := checkViewServers(b.Servers); err != nil {
 				return nil, 0, nil, err
 			}
@@ -111,7 +120,7 @@ func (f *fragments) backends(v view) ([][]byte, int, []byte, error) {
 			if err := backendTmpl.Execute(&buf, one); err != nil {
 				return nil, 0, nil, fmt.Errorf("default configuration: %w", err)
 			}
-			fr = fragment{tcp: b.TCP, redirect: redirect, servers: b.Servers, text: buf.Bytes()}
+			fr = &fragment{tcp: b.TCP, redirect: redirect, servers: b.Servers, text: buf.Bytes()}
 			structure(sha256.New(), fr.text).Sum(fr.structure[:0])
 			f.executed++
 		}
@@ -120,7 +129,7 @@ func (f *fragments) backends(v view) ([][]byte, int, []byte, error) {
 		size += len(fr.text)
 		h.Write(fr.structure[:])
 	}
-	f.globals, f.cache = g, next
+	f.globals, f.cache, f.spare, f.texts = g, next, f.cache, texts
 	return texts, size, h.Sum(nil), nil
 }
 

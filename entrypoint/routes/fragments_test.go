@@ -118,6 +118,9 @@ func TestIncrementalRenderingEqualsAFreshOne(t *testing.T) {
 					if !bytes.Equal(got.Structure, want.Structure) {
 						t.Error("the structures differ")
 					}
+					if !reflect.DeepEqual(got.Servers.Flat(), want.Servers.Flat()) || !got.Recheck.Equal(want.Recheck) {
+						t.Error("the slots or the recheck differ")
+					}
 					if n := kept.frags.executed - before; n != st.execute && drain == 0 {
 						t.Errorf("executed %d backends, want %d", n, st.execute)
 					}

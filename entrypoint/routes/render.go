@@ -38,6 +38,9 @@ type Renderer struct {
 	servers   slotCache    // each backend's servers by its slots
 	plans     planCache    // each backend's unchanged plan by its servers
 	checked   checked      // the strings the last rendering checked
+	mu        sync.Mutex   // one rendering at a time: shaped and backends
+	shaped    shapedView   // the view's parts that follow the routes alone
+	backends  []viewBackend
 	now       func() time.Time
 	log       *slog.Logger
 }
@@ -117,6 +120,8 @@ func (r *Renderer) commit(plan slotPlan, skipped []Skip) {
 
 // render is Render with what Commit would commit.
 func (r *Renderer) render(st model.State) (model.Rendering, slotPlan, []Skip, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	out := model.Rendering{Queries: []model.Query{model.LocalCatalog}}
 	res, ok := st.Result(model.LocalCatalog)
 	if !ok {
@@ -128,11 +133,11 @@ func (r *Renderer) render(st model.State) (model.Rendering, slotPlan, []Skip, er
 		c = *res.Catalog
 	}
 	rt, skipped := buildCached(c, r.policy, &r.services)
-	out.Routes = statusRoutes(rt)
 	for _, s := range skipped {
 		out.Skipped = append(out.Skipped, s.String())
 	}
 	v, plan, err := r.view(rt, r.now())
+	out.Routes = r.shaped.routes // rt's, made by view
 	if err != nil {
 		return out, slotPlan{}, nil, err
 	}
@@ -151,22 +156,19 @@ func (r *Renderer) render(st model.State) (model.Rendering, slotPlan, []Skip, er
 	return out, plan, skipped, nil
 }
 
-// fillSlots describes the slots of v; the structure around them is
-// digested with the backends' text (fragments.go).
+// fillSlots describes the slots of v, each backend's list shared with
+// the last rendering when its slots did not change (slotCache); the
+// structure around them is digested with the backends' text
+// (fragments.go).
 func (r *Renderer) fillSlots(out *model.Rendering, v view) {
-	n := 0
+	lists := make([][]model.ServerSlot, 0, len(v.Backends))
 	for _, b := range v.Backends {
-		n += len(b.slots)
-	}
-	out.Servers = make([]model.ServerSlot, 0, n)
-	for _, b := range v.Backends {
-		from := len(out.Servers)
-		out.Servers = append(out.Servers, b.slots...)
-		r.servers.share(b.Name, out.Servers[from:len(out.Servers):len(out.Servers)])
+		lists = append(lists, b.slots)
 		if !b.recheck.IsZero() && (out.Recheck.IsZero() || b.recheck.Before(out.Recheck)) {
 			out.Recheck = b.recheck
 		}
 	}
+	out.Servers = model.SlotsByBackend(lists)
 }
 
 // view is what the template sees: only strings that passed a check below.
@@ -195,6 +197,7 @@ type viewBackend struct {
 	TCP     bool
 	Servers []viewServer
 	slots   []model.ServerSlot
+	held    []slot // what slots describes
 	recheck time.Time
 }
 
@@ -275,49 +278,33 @@ func (c *checked) done() {
 }
 
 // view checks every string of rt for the template and places the servers
-// into slots planned from the committed table at now.
+// into slots planned from the committed table at now. Its Backends are
+// the renderer's, made again by the next view.
 func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
-	v := view{HTTPBind: r.http.String(), Default: "no-route"}
+	v := view{HTTPBind: r.http.String()}
 	defer r.checked.done()
-	errs := []error{r.checked.check("bind", bindRe, v.HTTPBind)}
+	firstErr := r.checked.check("bind", bindRe, v.HTTPBind)
+	keep := func(err error) {
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
 	if r.stats.port != 0 {
 		v.StatsBind = r.stats.String()
-		errs = append(errs, r.checked.check("bind", bindRe, v.StatsBind))
+		keep(r.checked.check("bind", bindRe, v.StatsBind))
 	}
-	for _, rule := range rt.Rules {
-		errs = append(errs, r.checked.check("backend", identRe, rule.Backend))
-		if rule.CatchAll() {
-			v.Default = rule.Backend
-			continue
-		}
-		vr := viewRule{Backend: rule.Backend}
-		if rule.Host != "" {
-			vr.HostMatch, vr.Host = "str", rule.Host
-			if suffix, ok := strings.CutPrefix(rule.Host, "*"); ok {
-				vr.HostMatch, vr.Host = "end", suffix
-			}
-			errs = append(errs, r.checked.check("host", hostRe, vr.Host))
-		}
-		if rule.Path != "/" {
-			vr.Path = rule.Path + "/"
-			errs = append(errs, r.checked.check("path", pathRe, vr.Path))
-		}
-		v.Rules = append(v.Rules, vr)
-	}
-	errs = append(errs, v.setHTTPS(r.http, rt))
-	for _, l := range rt.Listeners {
-		vl := viewListener{Name: fmt.Sprintf("tcp-%d", l.Port), Bind: r.http.hostPort(l.Port), Backend: l.Backend}
-		errs = append(errs, r.checked.check("bind", bindRe, vl.Bind), r.checked.check("backend", identRe, vl.Backend))
-		v.Listeners = append(v.Listeners, vl)
-	}
+	r.shape(rt)
+	v.Rules, v.Default, v.Listeners, v.HTTPS = r.shaped.rules, r.shaped.def, r.shaped.listeners, r.shaped.https
+	keep(r.shaped.err)
 	if r.stateFile != "" {
 		v.StateFile = r.stateFile
-		errs = append(errs, r.checked.check("server-state file", fileRe, v.StateFile))
+		keep(r.checked.check("server-state file", fileRe, v.StateFile))
 	}
-	committed := r.table.committedBackends()
+	committed := r.table.committed()
 	defer r.servers.done()
 	defer r.plans.done()
-	plan := slotPlan{backends: make(map[string][]slot, len(committed))}
+	plan := newPlanner(committed)
+	backends := r.backends[:0]
 	for _, s := range rt.Services {
 		for _, b := range []struct {
 			name string
@@ -326,13 +313,12 @@ func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
 			if b.name == "" {
 				continue
 			}
-			errs = append(errs, r.checked.check("backend", identRe, b.name))
 			vb := viewBackend{Name: b.name, TCP: b.tcp}
 			if r.slots > 0 {
-				var held []slot
-				held, vb.recheck = r.plans.plan(b.name, committed[b.name], s.Servers, r.slots, r.drain, now)
-				plan.backends[b.name] = held
-				vb.Servers, vb.slots = r.servers.of(b.name, held)
+				cs, found := committed.get(b.name)
+				vb.held, vb.recheck = r.plans.plan(b.name, cs, s.Servers, r.slots, r.drain, now)
+				plan.set(b.name, cs, vb.held, found)
+				vb.Servers, vb.slots = r.servers.of(b.name, vb.held)
 			} else {
 				for _, srv := range s.Servers {
 					vb.Servers = append(vb.Servers, viewServer{Name: srv.Name, Addr: srv.Addr(), Weight: srv.Weight})
@@ -340,13 +326,16 @@ func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
 			}
 			// The servers are checked where the backend's text is made
 			// (fragments.backends), once per change of them.
-			v.Backends = append(v.Backends, vb)
+			backends = append(backends, vb)
 		}
 	}
-	for _, err := range errs {
-		if err != nil {
-			return view{}, slotPlan{}, err
-		}
+	r.backends, v.Backends = backends, backends
+	if firstErr != nil {
+		return view{}, slotPlan{}, firstErr
 	}
-	return v, plan, nil
+	return v, plan.plan(func(yield func(string, []slot)) {
+		for _, b := range backends {
+			yield(b.Name, b.held)
+		}
+	}), nil
 }

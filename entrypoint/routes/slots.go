@@ -33,38 +33,35 @@ const unusedAddr = "127.0.0.1:1"
 // is no longer rendered is forgotten with its drains.
 type SlotTable struct {
 	mu sync.Mutex
-	// backends is replaced whole at commit, never changed in place, and
-	// its slices are shared with plans: readers may keep it unlocked.
-	backends map[string][]slot
+	// plan is replaced whole at commit, never changed in place, and its
+	// maps and slices are shared with plans: readers may keep it unlocked.
+	plan slotPlan
 }
 
 // NewSlotTable returns an empty table.
-func NewSlotTable() *SlotTable { return &SlotTable{backends: map[string][]slot{}} }
+func NewSlotTable() *SlotTable { return &SlotTable{plan: slotPlan{over: map[string][]slot{}}} }
 
 // Len is the number of backends the table holds.
 func (t *SlotTable) Len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.backends)
+	return t.plan.len()
 }
 
-func (t *SlotTable) committedBackends() map[string][]slot {
+func (t *SlotTable) committed() slotPlan {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.backends
+	return t.plan
 }
 
 // commit makes p the table: HAProxy runs the rendering p was planned for.
 func (t *SlotTable) commit(p slotPlan) {
+	if p.base != nil && len(p.over) > maxOver {
+		p = slotPlan{over: p.all()}
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.backends = p.backends
-}
-
-// slotPlan is the table a rendering proposes: the slots of every backend
-// it renders, and nothing else.
-type slotPlan struct {
-	backends map[string][]slot
+	t.plan = p
 }
 
 type slot struct {
@@ -145,8 +142,8 @@ func planSlots(committed []slot, servers []Server, minSlots int, drain time.Dura
 // (SlotTable), nor are the servers the service cache hands out.
 type planCache struct {
 	mu         sync.Mutex
-	last, next map[string]plannedAs
-	planned    int // backends planned (not found in the cache)
+	last, next map[string]plannedAs // next: the one before last's, emptied
+	planned    int                  // backends planned (not found in the cache)
 }
 
 type plannedAs struct {
@@ -173,11 +170,13 @@ func (c *planCache) plan(backend string, committed []slot, servers []Server, min
 	return slots, recheck
 }
 
-// done ends a rendering: what it did not plan is forgotten.
+// done ends a rendering: what it did not plan is forgotten. The map of
+// the rendering before is emptied for the next to fill.
 func (c *planCache) done() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.last, c.next = c.next, nil
+	clear(c.last)
+	c.last, c.next = c.next, c.last
 }
 
 // sameSlice reports whether a and b are the same non-empty slice.
@@ -277,7 +276,7 @@ func slotServers(backend string, slots []slot) ([]viewServer, []model.ServerSlot
 type slotCache struct {
 	mu   sync.Mutex
 	last map[string]slotServersOf
-	next map[string]slotServersOf
+	next map[string]slotServersOf // the one before last's, emptied
 }
 
 type slotServersOf struct {
@@ -303,22 +302,11 @@ func (c *slotCache) of(backend string, slots []slot) ([]viewServer, []model.Serv
 	return e.vs, e.ms
 }
 
-// share makes the backend's cached slots the rendering's copy of them,
-// which describes them the same and is never written: the slots of every
-// backend are then held once, by the rendering, not once more here. Call
-// it after the rendering's done.
-func (c *slotCache) share(backend string, ms []model.ServerSlot) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.last[backend]; ok && len(e.ms) == len(ms) {
-		e.ms = ms
-		c.last[backend] = e
-	}
-}
-
-// done ends a rendering: what it did not ask for is forgotten.
+// done ends a rendering: what it did not ask for is forgotten. The map
+// of the rendering before is emptied for the next to fill.
 func (c *slotCache) done() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.last, c.next = c.next, nil
+	clear(c.last)
+	c.last, c.next = c.next, c.last
 }

@@ -37,7 +37,7 @@ func webs(n int) []model.Instance {
 
 func slotStates(r model.Rendering) string {
 	var b bytes.Buffer
-	for _, s := range r.Servers {
+	for _, s := range r.Servers.Flat() {
 		fmt.Fprintf(&b, "%s=%s:%s ", s.Server, s.Instance, s.State)
 	}
 	return b.String()
@@ -122,7 +122,7 @@ func TestAMovedInstanceTakesAnotherSlot(t *testing.T) {
 	if !bytes.Equal(after.Structure, before.Structure) {
 		t.Error("the move changed the structure; it fits the free slots")
 	}
-	if s1, s3 := after.Servers[0], after.Servers[2]; s1.Port != 8080 || s3.Port != 9090 {
+	if s1, s3 := after.Servers.Flat()[0], after.Servers.Flat()[2]; s1.Port != 8080 || s3.Port != 9090 {
 		t.Errorf("s1 at port %d (want the old 8080, draining), s3 at %d (want 9090)", s1.Port, s3.Port)
 	}
 }
@@ -161,19 +161,29 @@ func TestOneChangePlansOneBackend(t *testing.T) {
 }
 
 // The slots of each backend are held once: the cache that spares an
-// unchanged backend its description holds the rendering's own.
+// unchanged backend its description holds the rendering's own list, and
+// the next rendering shares it when the backend's slots did not change.
 func TestTheSlotCacheHoldsTheRenderingsSlots(t *testing.T) {
 	r := mustNew(t, Options{HTTPBind: "127.0.0.1:18080", Slots: 4})
-	for range 2 {
-		out := render(t, r, catalog(inst("api", "api-1", "10.0.0.1", 80, "seamless.http.host=api.example"),
-			inst("web", "web-1", "10.0.0.2", 80, "seamless.http.host=web.example")))
-		for i, s := range out.Servers {
-			if i%4 != 0 {
-				continue
-			}
-			if ms := r.servers.last[s.Backend].ms; len(ms) != 4 || &ms[0] != &out.Servers[i] {
-				t.Errorf("backend %s: the cache holds a copy of its slots", s.Backend)
+	api := inst("api", "api-1", "10.0.0.1", 80, "seamless.http.host=api.example")
+	web := inst("web", "web-1", "10.0.0.2", 80, "seamless.http.host=web.example")
+	held := func(out model.Rendering) model.Rendering {
+		for _, b := range out.Servers.Backends() {
+			if ms := r.servers.last[b[0].Backend].ms; !model.SameSlots(ms, b) {
+				t.Errorf("backend %s: the cache holds a copy of its slots", b[0].Backend)
 			}
 		}
+		if out.Servers.Len() != 8 || len(out.Servers.Backends()) != 2 {
+			t.Fatalf("%d slots in %d backends, want 8 in 2", out.Servers.Len(), len(out.Servers.Backends()))
+		}
+		return out
+	}
+	first := held(render(t, r, catalog(api, web)))
+	second := held(render(t, r, catalog(api, with(web, func(in *model.Instance) { in.Port = 81 }))))
+	if !model.SameSlots(first.Servers.Backends()[0], second.Servers.Backends()[0]) {
+		t.Error("api's slots did not change, yet the second rendering holds a copy of them")
+	}
+	if model.SameSlots(first.Servers.Backends()[1], second.Servers.Backends()[1]) {
+		t.Error("web's instance moved, yet the second rendering shares the first one's slots")
 	}
 }
