@@ -29,6 +29,7 @@ type Renderer struct {
 	stats     bind // port 0: no stats frontend
 	policy    Policy
 	slots     int // minimum slots per backend; 0: named servers, no slots
+	checks    bool
 	drain     time.Duration
 	stateFile string
 	table     *SlotTable
@@ -70,6 +71,7 @@ func New(opts Options, log *slog.Logger) (*Renderer, error) {
 		stats:     statsB,
 		policy:    Policy{Health: opts.Health, Reserved: reserved, Sources: opts.Sources},
 		slots:     opts.Slots,
+		checks:    !opts.NoHealthChecks,
 		drain:     opts.DrainTimeout,
 		stateFile: opts.StateFile,
 		table:     opts.Table,
@@ -144,6 +146,7 @@ func (r *Renderer) render(st model.State) (model.Rendering, slotPlan, []Skip, er
 		return out, slotPlan{}, nil, err
 	}
 	out.Config = config
+	out.NoHealthChecks = !r.checks
 	if r.slots > 0 {
 		r.fillSlots(&out, v)
 		out.Structure = structure
@@ -172,6 +175,10 @@ func (r *Renderer) fillSlots(out *model.Rendering, v view) {
 // view is what the template sees: only strings that passed a check below.
 type view struct {
 	StateFile string // "" without a server-state file
+	// Checks puts HAProxy's health checks on every server, free slots
+	// too: a server declared without check cannot get one at runtime
+	// (`enable health` is refused). Each costs a file descriptor (fds.go).
+	Checks    bool
 	HTTPBind  string
 	StatsBind string // "" without stats
 	Rules     []viewRule
@@ -277,7 +284,7 @@ func (c *checked) done() {
 // view checks every string of rt for the template and places the servers
 // into slots planned from the committed table at now.
 func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
-	v := view{HTTPBind: r.http.String(), Default: "no-route"}
+	v := view{HTTPBind: r.http.String(), Default: "no-route", Checks: r.checks}
 	defer r.checked.done()
 	errs := []error{r.checked.check("bind", bindRe, v.HTTPBind)}
 	if r.stats.port != 0 {
