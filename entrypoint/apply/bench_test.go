@@ -248,7 +248,7 @@ func TestBenchPipeline(t *testing.T) {
 					}
 					if a.runRend != nil {
 						var cmds []string
-						st.time("runtime: commands", func() { cmds, _ = runtimeCommands(a.runRend.Servers, rend.Servers) })
+						st.time("runtime: commands", func() { cmds, _ = runtimeCommands(a.runRend.Servers, rend.Servers, !rend.NoHealthChecks) })
 						st.time("runtime: apply + show servers state + verify", func() {
 							if err := fake.Apply(ctx, cmds); err != nil {
 								t.Fatal(err)
