@@ -12,8 +12,9 @@ import (
 // when that is too low ("Cannot raise FD limit to N, limit is M"). HAProxy
 // 2.6.12 asked 217 for one bind and no check, 1,817 with 1,600 servers
 // with checks, 227 with ten more binds; 217 still for 1,600 servers
-// without checks (3.0.11 alike). The built-in configuration checks every
-// server (default-server … check) unless SEAMLESS_HEALTH_CHECKS=false.
+// without checks (3.0.11 and 3.2.26 alike). The built-in configuration
+// checks every server (default-server … check) unless
+// SEAMLESS_HEALTH_CHECKS=false.
 const (
 	fdsFixed = 216
 	// fdsSpare covers what HAProxy opens beside the configuration (the
