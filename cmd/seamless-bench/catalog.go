@@ -182,6 +182,13 @@ func routesOptions(defaults, env map[string]string, httpBind, statsBind, stateDi
 		}
 		o.DrainTimeout = d
 	}
+	if v := val("SEAMLESS_HEALTH_CHECKS"); v != "" {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return o, fmt.Errorf("SEAMLESS_HEALTH_CHECKS=%q: %w", v, err)
+		}
+		o.NoHealthChecks = !on
+	}
 	if o.Slots > 0 {
 		// HAProxy's server-state-file, where cmd/seamless keeps it.
 		o.StateFile = filepath.Join(stateDir, "server-state")

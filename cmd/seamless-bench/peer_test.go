@@ -293,3 +293,17 @@ func TestRatio(t *testing.T) {
 		}
 	}
 }
+
+// With -direct, seamless's Consul traffic bypasses the counting proxy:
+// the table says it was not counted rather than printing zeros.
+func TestDirectRowsSayTrafficWasNotCounted(t *testing.T) {
+	r := peerResult{size: peerSize{2, 2}, tool: toolBuiltin, asked: 2,
+		rendered: []time.Duration{time.Millisecond, 2 * time.Millisecond}, cpu: time.Millisecond, rss: 1 << 20, peak: 1 << 20}
+	for _, direct := range []bool{false, true} {
+		var b bytes.Buffer
+		printPeerTable(&b, peerOptions{changes: 2, interval: time.Second, direct: direct}, []peerResult{r})
+		if got := strings.Contains(b.String(), "not counted (-direct)"); got != direct {
+			t.Errorf("-direct=%v: the table says 'not counted' %v:\n%s", direct, got, b.String())
+		}
+	}
+}

@@ -43,13 +43,18 @@ func printPeerTable(w io.Writer, o peerOptions, results []peerResult) {
 		all, answers := r.traffic.total(), r.traffic.answers()
 		kib := fmt.Sprintf("%.1f · %.1f", float64(all.Body)/1024/n, float64(answers.Body)/1024/n)
 		req := fmt.Sprintf("%.1f · %.1f", float64(all.Requests)/n, float64(answers.Requests)/n)
+		if o.direct && r.tool != toolCT {
+			kib, req = "not counted (-direct)", "not counted (-direct)"
+		}
 		cpu := fmtMsN(r.cpu / time.Duration(r.asked))
 		agent := fmtMsN(r.agent / time.Duration(r.asked))
 		rss := fmt.Sprintf("%.0f / %.0f", float64(r.rss)/(1<<20), float64(r.peak)/(1<<20))
 		if base != nil && base.asked > 0 {
-			bAll, bAns := base.traffic.total(), base.traffic.answers()
-			kib += fmt.Sprintf(" (%s · %s)", ratio(float64(all.Body), float64(bAll.Body)), ratio(float64(answers.Body), float64(bAns.Body)))
-			req += fmt.Sprintf(" (%s · %s)", ratio(float64(all.Requests), float64(bAll.Requests)), ratio(float64(answers.Requests), float64(bAns.Requests)))
+			if !o.direct {
+				bAll, bAns := base.traffic.total(), base.traffic.answers()
+				kib += fmt.Sprintf(" (%s · %s)", ratio(float64(all.Body), float64(bAll.Body)), ratio(float64(answers.Body), float64(bAns.Body)))
+				req += fmt.Sprintf(" (%s · %s)", ratio(float64(all.Requests), float64(bAll.Requests)), ratio(float64(answers.Requests), float64(bAns.Requests)))
+			}
 			cpu += fmt.Sprintf(" (%s)", ratio(float64(r.cpu), float64(base.cpu)))
 			if !r.together {
 				agent += fmt.Sprintf(" (%s)", ratio(float64(r.agent), float64(base.agent)))

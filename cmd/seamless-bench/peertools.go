@@ -229,7 +229,11 @@ func startTool(ctx context.Context, s toolSetup, tool peerTool, dir string) (*to
 			env["PEER_HTTP_BIND"] = addrs[0]
 		}
 		maps.Copy(env, s.o.env)
-		t.d, err = startDiscovery(discoveryOpts{seamless: s.o.seamless, haproxy: s.o.haproxy, consul: proxy.addr,
+		consul := proxy.addr
+		if s.o.direct {
+			consul = s.consul
+		}
+		t.d, err = startDiscovery(discoveryOpts{seamless: s.o.seamless, haproxy: s.o.haproxy, consul: consul,
 			dir: dir, addrs: addrs, env: env})
 		if err != nil {
 			proxy.stop()

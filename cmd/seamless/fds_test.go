@@ -73,3 +73,60 @@ func TestSlotsBeyondTheFDLimitAreRefused(t *testing.T) {
 		return code == 200 && body == "up"
 	})
 }
+
+// At start, a catalog whose checked slots cannot fit in the limit stops
+// seamless before HAProxy starts, with an error that names the limit and
+// SEAMLESS_HEALTH_CHECKS; with SEAMLESS_HEALTH_CHECKS=false the same
+// catalog starts and is served, since unchecked servers cost HAProxy no
+// file descriptor.
+func TestAtStartServersBeyondTheFDLimitStopWithTheFixNamed(t *testing.T) {
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Skip("prlimit (util-linux) not installed")
+	}
+	port := namedBackend(t, "up")
+	dir := t.TempDir()
+	// 70 services × 16 slots: 1120 checked servers, over 1024.
+	for i := range 70 {
+		writeAtomic(t, filepath.Join(dir, fmt.Sprintf("svc%02d.yaml", i)),
+			fmt.Sprintf("name: svc%02d\ntags: [\"seamless.http.host=svc%02d.test\"]\ninstances:\n  - address: 127.0.0.1\n    port: %d\n", i, i, port))
+	}
+	state := ""
+	start := func(checks string) (*instance, string) {
+		httpAddr := testenv.Addr(testenv.FreePort(t))
+		state = filepath.Join(t.TempDir(), "state")
+		return startSeamless(t, nil, startOpts{args: []string{"haproxy"}, wrap: []string{prlimit, "--nofile=1024:1024", "--"},
+			env: []string{"SEAMLESS_SOURCES=file", "SEAMLESS_SERVICES_DIR=" + dir, "SEAMLESS_HTTP_BIND=" + httpAddr,
+				"SEAMLESS_STATS_BIND=", "SEAMLESS_STATE_DIR=" + state,
+				"SEAMLESS_SERVER_SLOTS=16", "SEAMLESS_HEALTH_CHECKS=" + checks}}), httpAddr
+	}
+
+	in, _ := start("true")
+	if code := in.wait(30 * time.Second); code == 0 {
+		t.Errorf("seamless exited with 0, want a failure")
+	}
+	out := in.out.String()
+	for _, want := range []string{"discovery cannot start", "limit of 1024", "SEAMLESS_HEALTH_CHECKS=false", "SEAMLESS_SERVER_SLOTS (now 16"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log does not say %q", want)
+		}
+	}
+
+	in, httpAddr := start("false")
+	testenv.Eventually(t, 20*time.Second, "svc69 served without health checks", func() bool {
+		select {
+		case <-in.exited:
+			t.Fatalf("seamless exited with %d", in.code)
+		default:
+		}
+		code, body := getHost(httpAddr, "svc69.test", "/")
+		return code == 200 && body == "up"
+	})
+	cfg, err := os.ReadFile(filepath.Join(state, "haproxy.cfg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(cfg), " check") {
+		t.Error("the configuration checks servers with SEAMLESS_HEALTH_CHECKS=false")
+	}
+}

@@ -46,7 +46,7 @@ func (a *Applier) updateRuntime(ctx context.Context, at attempt) bool {
 // runtime changes the slots over the runtime API, checks that HAProxy
 // runs them, and writes the file, so that a later reload changes nothing.
 func (a *Applier) runtime(ctx context.Context, rend model.Rendering) error {
-	cmds, err := slotCommands(a.runRend.Servers, rend.Servers)
+	cmds, err := slotCommands(a.runRend.Servers, rend.Servers, !rend.NoHealthChecks)
 	if err != nil {
 		return err
 	}

@@ -60,8 +60,8 @@ type slotID struct{ backend, server string }
 
 // runtimeCommands returns the runtime commands that turn the slots of from into to.
 // It fails when to is not from's slots with other members (a reload is
-// needed then).
-func runtimeCommands(from, to []model.ServerSlot) ([]string, error) {
+// needed then). checks says whether the servers have HAProxy health checks.
+func runtimeCommands(from, to []model.ServerSlot, checks bool) ([]string, error) {
 	if len(from) != len(to) {
 		return nil, errors.New("the slots differ")
 	}
@@ -101,9 +101,13 @@ func runtimeCommands(from, to []model.ServerSlot) ([]string, error) {
 				cmds = append(cmds, "set server "+k+" weight "+strconv.Itoa(s.Weight))
 			}
 			if o.State != model.SlotReady {
+				cmds = append(cmds, "set server "+k+" state ready")
 				// Consul or the source has checked it already: no need to
-				// wait for HAProxy's own checks to rise.
-				cmds = append(cmds, "set server "+k+" state ready", "set server "+k+" health up")
+				// wait for HAProxy's own checks to rise. Without checks a
+				// ready server is up, and its health is not HAProxy's to set.
+				if checks {
+					cmds = append(cmds, "set server "+k+" health up")
+				}
 			}
 		default:
 			return nil, fmt.Errorf("slot %s: unknown state %q", k, s.State)

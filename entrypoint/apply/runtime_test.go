@@ -23,26 +23,33 @@ func free(server string) model.ServerSlot { return sl(server, "", "", 0, 1, mode
 
 func TestRuntimeCommands(t *testing.T) {
 	from := []model.ServerSlot{sl("s1", "a", "10.0.0.1", 80, 1, model.SlotReady), sl("s2", "b", "10.0.0.2", 80, 1, model.SlotReady), free("s3")}
+	takeS3 := []model.ServerSlot{from[0], from[1], sl("s3", "c", "10.0.0.3", 8080, 2, model.SlotReady)}
 	for _, tc := range []struct {
-		name    string
-		to      []model.ServerSlot
-		want    []string
-		wantErr string
+		name     string
+		to       []model.ServerSlot
+		want     []string
+		wantErr  string
+		noChecks bool // SEAMLESS_HEALTH_CHECKS=false
 	}{
-		{"nothing changed", from, nil, ""},
-		{"an instance takes a free slot", []model.ServerSlot{from[0], from[1], sl("s3", "c", "10.0.0.3", 8080, 2, model.SlotReady)},
+		{"nothing changed", from, nil, "", false},
+		{"an instance takes a free slot", takeS3,
 			[]string{"set server http-web/s3 addr 10.0.0.3 port 8080", "set server http-web/s3 weight 2",
-				"set server http-web/s3 state ready", "set server http-web/s3 health up"}, ""},
+				"set server http-web/s3 state ready", "set server http-web/s3 health up"}, "", false},
+		// HAProxy takes "health up" on a server without check, but the
+		// health is not its to set: only the source's.
+		{"without health checks, a taken slot's health is left alone", takeS3,
+			[]string{"set server http-web/s3 addr 10.0.0.3 port 8080", "set server http-web/s3 weight 2",
+				"set server http-web/s3 state ready"}, "", true},
 		{"a removed instance drains, a drained one is freed", []model.ServerSlot{sl("s1", "a", "10.0.0.1", 80, 1, model.SlotDrain), free("s2"), free("s3")},
-			[]string{"set server http-web/s1 state drain", "set server http-web/s2 state maint"}, ""},
+			[]string{"set server http-web/s1 state drain", "set server http-web/s2 state maint"}, "", false},
 		{"a weight changes", []model.ServerSlot{sl("s1", "a", "10.0.0.1", 80, 7, model.SlotReady), from[1], from[2]},
-			[]string{"set server http-web/s1 weight 7"}, ""},
+			[]string{"set server http-web/s1 weight 7"}, "", false},
 		{"a DNS name needs a reload", []model.ServerSlot{from[0], from[1], sl("s3", "c", "web.internal", 80, 1, model.SlotReady)},
-			nil, "only IP addresses"},
-		{"more slots need a reload", append(slices.Clone(from), free("s4")), nil, "slots differ"},
+			nil, "only IP addresses", false},
+		{"more slots need a reload", append(slices.Clone(from), free("s4")), nil, "slots differ", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := runtimeCommands(from, tc.to)
+			got, err := runtimeCommands(from, tc.to, !tc.noChecks)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err %v, want %q", err, tc.wantErr)

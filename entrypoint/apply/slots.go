@@ -8,14 +8,14 @@ import "github.com/seamless-lb/seamless/entrypoint/model"
 // so one change costs its backend, not the thousands of slots around it.
 // When the backends are not the same ones in the same order, it compares
 // every slot, as runtimeCommands does.
-func slotCommands(from, to model.Slots) ([]string, error) {
+func slotCommands(from, to model.Slots, checks bool) ([]string, error) {
 	fb, tb := from.Backends(), to.Backends()
 	if len(fb) != len(tb) {
-		return runtimeCommands(from.Flat(), to.Flat())
+		return runtimeCommands(from.Flat(), to.Flat(), checks)
 	}
 	for i := range tb {
 		if fb[i][0].Backend != tb[i][0].Backend {
-			return runtimeCommands(from.Flat(), to.Flat())
+			return runtimeCommands(from.Flat(), to.Flat(), checks)
 		}
 	}
 	var cmds []string
@@ -23,7 +23,7 @@ func slotCommands(from, to model.Slots) ([]string, error) {
 		if model.SameSlots(fb[i], tb[i]) {
 			continue
 		}
-		c, err := runtimeCommands(fb[i], tb[i])
+		c, err := runtimeCommands(fb[i], tb[i], checks)
 		if err != nil {
 			return nil, err
 		}

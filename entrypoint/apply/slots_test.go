@@ -40,7 +40,7 @@ func TestSlotCommandsSkipSharedBackends(t *testing.T) {
 				"set server http-web/s2 weight 1", "set server http-web/s2 state ready", "set server http-web/s2 health up"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := slotCommands(running, tc.to)
+			got, err := slotCommands(running, tc.to, true)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err %v, want %q", err, tc.wantErr)
@@ -50,7 +50,7 @@ func TestSlotCommandsSkipSharedBackends(t *testing.T) {
 			if err != nil || !slices.Equal(got, tc.want) {
 				t.Errorf("commands = %q, %v; want %q", got, err, tc.want)
 			}
-			flat, err := runtimeCommands(running.Flat(), tc.to.Flat())
+			flat, err := runtimeCommands(running.Flat(), tc.to.Flat(), true)
 			if err != nil || !slices.Equal(got, flat) {
 				t.Errorf("slot by slot: %q, %v; backend by backend: %q", flat, err, got)
 			}

@@ -258,6 +258,9 @@ type Rendering struct {
 	// slots, which always reload.
 	Servers   Slots
 	Structure []byte
+	// NoHealthChecks: the servers have no HAProxy health check, so the
+	// runtime API leaves their health alone (the source's is the truth).
+	NoHealthChecks bool
 	// Recheck, when set, is when the same State must be rendered again
 	// (a removed instance has finished draining).
 	Recheck time.Time

@@ -51,7 +51,7 @@ func TestARenderingBeyondTheFileDescriptorLimitIsRefused(t *testing.T) {
 	if !errors.As(err, &fe) {
 		t.Fatalf("100 backends × 16 slots under a limit of 1000: err = %v, want an *FDError", err)
 	}
-	for _, want := range []string{"1000", strconv.FormatUint(fe.Need, 10), "SEAMLESS_SERVER_SLOTS (now 16", "ulimit -n"} {
+	for _, want := range []string{"1000", strconv.FormatUint(fe.Need, 10), "SEAMLESS_SERVER_SLOTS (now 16", "ulimit -n", "SEAMLESS_HEALTH_CHECKS=false"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the error does not say %q: %v", want, err)
 		}

@@ -59,6 +59,11 @@ type Options struct {
 	// reload. 0 names servers after their instances, and every change
 	// reloads.
 	Slots int
+	// NoHealthChecks declares servers without HAProxy's health checks
+	// (SEAMLESS_HEALTH_CHECKS=false): health is then the source's alone,
+	// and servers cost no file descriptor (fds.go). The zero value checks
+	// every server.
+	NoHealthChecks bool
 	// DrainTimeout is how long a removed instance's slot drains before it
 	// is freed (SEAMLESS_DRAIN_TIMEOUT).
 	DrainTimeout time.Duration

@@ -29,6 +29,7 @@ type Renderer struct {
 	stats     bind // port 0: no stats frontend
 	policy    Policy
 	slots     int // minimum slots per backend; 0: named servers, no slots
+	checks    bool
 	drain     time.Duration
 	stateFile string
 	table     *SlotTable
@@ -73,6 +74,7 @@ func New(opts Options, log *slog.Logger) (*Renderer, error) {
 		stats:     statsB,
 		policy:    Policy{Health: opts.Health, Reserved: reserved, Sources: opts.Sources},
 		slots:     opts.Slots,
+		checks:    !opts.NoHealthChecks,
 		drain:     opts.DrainTimeout,
 		stateFile: opts.StateFile,
 		table:     opts.Table,
@@ -149,6 +151,7 @@ func (r *Renderer) render(st model.State) (model.Rendering, slotPlan, []Skip, er
 		return out, slotPlan{}, nil, err
 	}
 	out.Config = config
+	out.NoHealthChecks = !r.checks
 	if r.slots > 0 {
 		r.fillSlots(&out, v)
 		out.Structure = structure
@@ -174,6 +177,10 @@ func (r *Renderer) fillSlots(out *model.Rendering, v view) {
 // view is what the template sees: only strings that passed a check below.
 type view struct {
 	StateFile string // "" without a server-state file
+	// Checks puts HAProxy's health checks on every server, free slots
+	// too: a server declared without check cannot get one at runtime
+	// (`enable health` is refused). Each costs a file descriptor (fds.go).
+	Checks    bool
 	HTTPBind  string
 	StatsBind string // "" without stats
 	Rules     []viewRule
@@ -281,7 +288,7 @@ func (c *checked) done() {
 // into slots planned from the committed table at now. Its Backends are
 // the renderer's, made again by the next view.
 func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
-	v := view{HTTPBind: r.http.String()}
+	v := view{HTTPBind: r.http.String(), Checks: r.checks}
 	defer r.checked.done()
 	firstErr := r.checked.check("bind", bindRe, v.HTTPBind)
 	keep := func(err error) {
