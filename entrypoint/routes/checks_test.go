@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -103,23 +102,7 @@ func TestWithoutHealthChecksServersNeedNoFileDescriptors(t *testing.T) {
 		t.Errorf("the checked configuration under a limit of %d: want HAProxy to refuse it, got:\n%s", need, out)
 	}
 	// ...the unchecked one starts and serves: 503, no instance answers.
-	cmd := haproxyUnder(t, need, path)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	testenv.Eventually(t, 10*time.Second, "HAProxy listens under a limit of the estimate", func() bool {
-		c, err := net.Dial("tcp", on.HTTPBind)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	if bytes.Contains(stderr.Bytes(), []byte("FD limit")) {
-		t.Errorf("HAProxy complains about its limit:\n%s", stderr.String())
-	}
+	servesUnder(t, need, path, on.HTTPBind)
 }
 
 // writeConfig writes cfg to a file of its own and returns its path.

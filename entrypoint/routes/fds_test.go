@@ -88,20 +88,38 @@ func TestARenderingBeyondTheFileDescriptorLimitIsRefused(t *testing.T) {
 	t.Logf("HAProxy 2.6 asks %d file descriptors for 1600 servers and 2 listeners; seamless estimates %d", asked, fe.Need)
 
 	// Under the estimate as its limit, HAProxy starts and serves.
-	cmd := haproxyUnder(t, fe.Need, path)
+	servesUnder(t, fe.Need, path, opts.HTTPBind)
+}
+
+// servesUnder starts HAProxy on path under an open-files limit of limit,
+// waits until it listens on bind, stops it, and fails the test if it
+// complained about its limit.
+func servesUnder(t *testing.T, limit uint64, path, bind string) {
+	t.Helper()
+	cmd := haproxyUnder(t, limit, path)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	}
+	t.Cleanup(stop)
 	testenv.Eventually(t, 10*time.Second, "HAProxy listens under a limit of the estimate", func() bool {
-		c, err := net.Dial("tcp", opts.HTTPBind)
+		c, err := net.Dial("tcp", bind)
 		if err == nil {
 			c.Close()
 		}
 		return err == nil
 	})
+	// stderr is read only once Wait has copied all of it.
+	stop()
 	if bytes.Contains(stderr.Bytes(), []byte("FD limit")) {
 		t.Errorf("HAProxy complains about its limit:\n%s", stderr.String())
 	}
