@@ -104,7 +104,6 @@ func (t *connTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.fallback.RoundTrip(req)
 	}
 	ctx := req.Context()
-	out, gz := withGzip(req)
 	key := req.URL.Scheme + "://" + hostPort(req)
 	for attempt := 0; ; attempt++ {
 		c, reused, err := t.get(ctx, key, req)
@@ -112,11 +111,8 @@ func (t *connTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			closeBody(req)
 			return nil, err
 		}
-		resp, err := t.exchange(ctx, key, c, out)
+		resp, err := t.exchange(ctx, key, c, req)
 		if err == nil {
-			if gz {
-				ungzip(resp)
-			}
 			return resp, nil
 		}
 		var nothing *errNothingRead
@@ -124,9 +120,13 @@ func (t *connTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// fails the next request on it; send that request again once.
 		if reused && attempt == 0 && errors.As(err, &nothing) && ctx.Err() == nil && replayable(req) {
 			if req.GetBody != nil {
-				if out.Body, err = req.GetBody(); err != nil {
+				body, err := req.GetBody()
+				if err != nil {
 					return nil, err
 				}
+				again := *req // not the caller's: it may not be changed
+				again.Body = body
+				req = &again
 			}
 			continue
 		}
@@ -257,9 +257,12 @@ func (t *connTransport) exchange(ctx context.Context, key string, c *heldConn, r
 		}
 		return err
 	}
+	// The copy asking for gzip lives only while it is written: a held
+	// query keeps no second request and header.
+	out, gz := withGzip(req)
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(c)
-	err := req.Write(bw)
+	err := out.Write(bw)
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -278,6 +281,7 @@ func (t *connTransport) exchange(ctx context.Context, key string, c *heldConn, r
 		resp, err = http.ReadResponse(br, req) // an informational answer precedes the answer
 	}
 	if err != nil {
+		br.Reset(nil)
 		readers.Put(br)
 		return nil, fail(fmt.Errorf("reading the answer: %w", err))
 	}
@@ -287,6 +291,9 @@ func (t *connTransport) exchange(ctx context.Context, key string, c *heldConn, r
 		b.finish(true)
 	} else {
 		resp.Body = b
+	}
+	if gz {
+		ungzip(resp) // the decoder reads from the connection's body
 	}
 	return resp, nil
 }

@@ -283,7 +283,7 @@ func TestHeldConnDecodesGzip(t *testing.T) {
 
 // A held query costs one goroutine, its caller's: net/http's Transport
 // adds a reader and a writer per connection (3 per query; 3,000 at a
-// thousand watched services). The agent is another process, so that
+// thousand watched services), and their buffers. The agent is another process, so that
 // every goroutine counted is the client's.
 func TestHeldQueryCostsOneGoroutine(t *testing.T) {
 	const n = 100
@@ -306,6 +306,13 @@ func TestHeldQueryCostsOneGoroutine(t *testing.T) {
 	url := "http://" + lines.Text()
 
 	rt := testTransport(t, n)
+	mem := func() (heap, stacks int64) {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapAlloc), int64(ms.StackInuse)
+	}
+	heapBefore, stacksBefore := mem()
 	before := runtime.NumGoroutine()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -332,6 +339,8 @@ func TestHeldQueryCostsOneGoroutine(t *testing.T) {
 		}
 	}
 	held := runtime.NumGoroutine() - before
+	heapHeld, stacksHeld := mem()
+	heap, stacks := (heapHeld-heapBefore)/n, (stacksHeld-stacksBefore)/n
 	stdin.Close() // the server answers them all
 	wg.Wait()
 	close(errs)
@@ -340,9 +349,14 @@ func TestHeldQueryCostsOneGoroutine(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Logf("%d held queries: %d goroutines", n, held)
+	t.Logf("%d held queries: %d goroutines; each %d bytes of heap, %d of stack", n, held, heap, stacks)
 	if held > n+5 {
 		t.Errorf("%d held queries run %d goroutines, want at most %d: one per query", n, held, n+5)
+	}
+	// No buffer while waiting (net/http's: 5-7 KiB per query, with small
+	// buffers), nor a copy of the request.
+	if heap > 2048 {
+		t.Errorf("a held query keeps %d bytes of heap, want at most 2 KiB: its connection and its request", heap)
 	}
 }
 
