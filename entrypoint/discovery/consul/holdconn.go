@@ -3,7 +3,6 @@ package consul
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -21,20 +20,24 @@ import (
 // nothing but wait. Here a held query costs its caller's goroutine, the
 // connection and no buffer until the first byte of the answer arrives.
 //
-// It keeps up to keep idle connections per agent, dials through the
-// api client's dialer (TCP, or the unix socket of a unix:// address) and
-// speaks TLS with the client's TLS settings. Requests that go through a
-// proxy (HTTP_PROXY) are left to fallback, the client's own transport.
+// It keeps up to keep idle connections per agent and dials through the
+// api client's dialer (TCP, or the unix socket of a unix:// address).
+//
+// HTTPS is left to fallback, the client's own transport: Consul's HTTPS
+// listener speaks HTTP/2, which carries every held query on one
+// connection (a few per 250 queries) where HTTP/1.1 would need one TLS
+// connection each, against an agent's default of 200 per client, and
+// each would keep TLS's record buffers. Requests through a proxy
+// (HTTP_PROXY) go there too.
 type connTransport struct {
 	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
-	tls      *tls.Config // nil: the api client's default
 	proxied  func(*http.Request) bool
 	fallback http.RoundTripper
 	keep     int
 	idleFor  time.Duration // an idle connection older than this is not reused
 
 	mu   sync.Mutex
-	idle map[string][]idleConn // by scheme://host:port, newest last
+	idle map[string][]idleConn // by host:port, newest last
 }
 
 type idleConn struct {
@@ -42,10 +45,10 @@ type idleConn struct {
 	since time.Time
 }
 
-// newConnTransport takes its dialer, TLS settings and proxy rule from t,
-// the transport the api client built, which also serves proxied requests.
+// newConnTransport takes its dialer and proxy rule from t, the transport
+// the api client built, which serves what connTransport does not.
 func newConnTransport(t *http.Transport, keep int) *connTransport {
-	ct := &connTransport{dial: t.DialContext, tls: t.TLSClientConfig, fallback: t, keep: keep,
+	ct := &connTransport{dial: t.DialContext, fallback: t, keep: keep,
 		idleFor: t.IdleConnTimeout, idle: map[string][]idleConn{}}
 	if ct.dial == nil {
 		ct.dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
@@ -100,11 +103,11 @@ func (e *errNothingRead) Error() string { return e.err.Error() }
 func (e *errNothingRead) Unwrap() error { return e.err }
 
 func (t *connTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if (req.URL.Scheme != "http" && req.URL.Scheme != "https") || (t.proxied != nil && t.proxied(req)) {
+	if req.URL.Scheme != "http" || (t.proxied != nil && t.proxied(req)) {
 		return t.fallback.RoundTrip(req)
 	}
 	ctx := req.Context()
-	key := req.URL.Scheme + "://" + hostPort(req)
+	key := hostPort(req)
 	for attempt := 0; ; attempt++ {
 		c, reused, err := t.get(ctx, key, req)
 		if err != nil {
@@ -150,9 +153,6 @@ func closeBody(r *http.Request) {
 func hostPort(r *http.Request) string {
 	host := r.URL.Host
 	if _, _, err := net.SplitHostPort(host); err != nil {
-		if r.URL.Scheme == "https" {
-			return net.JoinHostPort(host, "443")
-		}
 		return net.JoinHostPort(host, "80")
 	}
 	return host
@@ -220,26 +220,9 @@ func (t *connTransport) CloseIdleConnections() {
 }
 
 func (t *connTransport) dialConn(ctx context.Context, req *http.Request) (*heldConn, error) {
-	addr := hostPort(req)
-	conn, err := t.dial(ctx, "tcp", addr)
+	conn, err := t.dial(ctx, "tcp", hostPort(req))
 	if err != nil {
 		return nil, err
-	}
-	if req.URL.Scheme == "https" {
-		cfg := &tls.Config{}
-		if t.tls != nil {
-			cfg = t.tls.Clone()
-		}
-		if cfg.ServerName == "" {
-			cfg.ServerName = req.URL.Hostname()
-		}
-		cfg.NextProtos = []string{"http/1.1"}
-		tc := tls.Client(conn, cfg)
-		if err := tc.HandshakeContext(ctx); err != nil {
-			conn.Close()
-			return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
-		}
-		conn = tc
 	}
 	return &heldConn{Conn: conn}, nil
 }

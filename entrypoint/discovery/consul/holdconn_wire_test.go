@@ -24,13 +24,16 @@ func leaderStub(protos chan<- string) http.HandlerFunc {
 	}
 }
 
-// The source's client reaches its agent through the held-connection
-// transport the ways Consul's own variables name it: TLS checked against
-// CONSUL_CACERT (an https:// address or CONSUL_HTTP_SSL), and a unix
-// socket.
+// The source's client reaches its agent the ways Consul's own variables
+// name it: a unix socket, on held connections of HTTP/1.1; TLS checked
+// against CONSUL_CACERT (an https:// address or CONSUL_HTTP_SSL) on
+// HTTP/2, which Consul's HTTPS listener speaks, so that the held queries
+// share a connection.
 func TestHeldConnReachesTheAgentAsConsulsVariablesSay(t *testing.T) {
 	protos := make(chan string, 1)
-	tlsSrv := httptest.NewTLSServer(leaderStub(protos))
+	tlsSrv := httptest.NewUnstartedServer(leaderStub(protos))
+	tlsSrv.EnableHTTP2 = true
+	tlsSrv.StartTLS()
 	t.Cleanup(tlsSrv.Close)
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsSrv.Certificate().Raw}), 0o600); err != nil {
@@ -47,14 +50,15 @@ func TestHeldConnReachesTheAgentAsConsulsVariablesSay(t *testing.T) {
 	tlsAddr := strings.TrimPrefix(tlsSrv.URL, "https://")
 
 	tests := []struct {
-		name string
-		env  map[string]string
-		fail string // in the error, if it must fail
+		name  string
+		env   map[string]string
+		proto string
+		fail  string // in the error, if it must fail
 	}{
-		{"https address", map[string]string{"CONSUL_HTTP_ADDR": "https://" + tlsAddr, "CONSUL_CACERT": ca}, ""},
-		{"CONSUL_HTTP_SSL", map[string]string{"CONSUL_HTTP_ADDR": tlsAddr, "CONSUL_HTTP_SSL": "true", "CONSUL_CACERT": ca}, ""},
-		{"a CA that did not sign", map[string]string{"CONSUL_HTTP_ADDR": "https://" + tlsAddr}, "certificate"},
-		{"unix socket", map[string]string{"CONSUL_HTTP_ADDR": "unix://" + sock}, ""},
+		{"https address", map[string]string{"CONSUL_HTTP_ADDR": "https://" + tlsAddr, "CONSUL_CACERT": ca}, "HTTP/2.0", ""},
+		{"CONSUL_HTTP_SSL", map[string]string{"CONSUL_HTTP_ADDR": tlsAddr, "CONSUL_HTTP_SSL": "true", "CONSUL_CACERT": ca}, "HTTP/2.0", ""},
+		{"a CA that did not sign", map[string]string{"CONSUL_HTTP_ADDR": "https://" + tlsAddr}, "", "certificate"},
+		{"unix socket", map[string]string{"CONSUL_HTTP_ADDR": "unix://" + sock}, "HTTP/1.1", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,8 +79,8 @@ func TestHeldConnReachesTheAgentAsConsulsVariablesSay(t *testing.T) {
 			if err != nil || leader != "127.0.0.1:8300" {
 				t.Fatalf("leader: %q, err %v", leader, err)
 			}
-			if proto := <-protos; proto != "HTTP/1.1" {
-				t.Errorf("asked over %s, want HTTP/1.1", proto)
+			if proto := <-protos; proto != tt.proto {
+				t.Errorf("asked over %s, want %s", proto, tt.proto)
 			}
 		})
 	}
