@@ -236,13 +236,15 @@ func New(cfg Config, log *slog.Logger) (*Source, error) {
 	// Every blocking query that returns is issued again at once: with
 	// fewer idle connections kept than queries held (Go's default is 2,
 	// the client's pooled transport GOMAXPROCS+1), each would open a new
-	// TCP connection.
+	// TCP connection. connTransport holds each query on its caller's
+	// goroutine alone; the http.Transport serves what it does not
+	// (requests through a proxy).
 	if t, ok := next.(*http.Transport); ok {
 		t = holdingTransport(t, cfg.Watches+16) // and the KV watches
 		if len(hosts) > 1 {
 			t.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
 		}
-		next = t
+		next = newConnTransport(t, cfg.Watches+16)
 	}
 	if len(hosts) > 1 {
 		s.agents = &failoverTransport{next: next, scheme: ac.Scheme, hosts: hosts, probe: cfg.probe, log: log}
