@@ -20,6 +20,9 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 		prev any
 		have bool
 	)
+	if sb.seed > 0 { // wait for a change after the seed's read
+		cur.index, prev, have = sb.seed, sb.seedDigest, true
+	}
 	bo := c.s.newBackoff()
 	var epoch context.Context // the restart context of the last request
 	for {
