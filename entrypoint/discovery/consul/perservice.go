@@ -234,7 +234,12 @@ func (c *splitCatalog) fetch(ctx context.Context) (*model.Catalog, error) {
 				// The same answer at another index (a change elsewhere, a
 				// fresh read, a Consul that started over): the catalog
 				// is as recent as that.
-				c.indexes[ev.sub], c.dirty = ev.index, true
+				c.indexes[ev.sub] = ev.index
+				// Below the seed's index it says nothing newer (the
+				// waits of the seeded queries run out together).
+				if floor := c.floor(); floor == 0 || ev.index > floor {
+					c.dirty = true
+				}
 			}
 			if ev.changed {
 				if over := c.apply(ev); over != nil {
@@ -332,10 +337,7 @@ func (c *splitCatalog) assemble() *model.Catalog {
 	if dc == "" {
 		dc = c.dcName
 	}
-	if c.seedEpoch != nil && c.seedEpoch.Err() != nil {
-		c.seedIndex, c.seedEpoch = 0, nil // Consul started over: the seed's index says nothing now
-	}
-	cat := &model.Catalog{Datacenter: dc, Nodes: nilIfNone(slices.Clone(c.nodeList)), Index: c.seedIndex}
+	cat := &model.Catalog{Datacenter: dc, Nodes: nilIfNone(slices.Clone(c.nodeList)), Index: c.floor()}
 	for _, i := range c.indexes {
 		cat.Index = max(cat.Index, i)
 	}

@@ -105,6 +105,15 @@ func (c *splitCatalog) readSeed(ctx context.Context, want []string) (map[string]
 	return parts, meta.LastIndex, nil
 }
 
+// floor is the seed's index, the catalog's lowest, until Consul starts
+// over (a reset seen since the seed): then 0.
+func (c *splitCatalog) floor() uint64 {
+	if c.seedEpoch != nil && c.seedEpoch.Err() != nil {
+		c.seedIndex, c.seedEpoch = 0, nil
+	}
+	return c.seedIndex
+}
+
 // startSeeded starts the health query of service name waiting on index,
 // with the instances the seed gave it (their digest) as its last answer.
 func (c *splitCatalog) startSeeded(name string, index uint64, d [32]byte) *sub {

@@ -171,3 +171,34 @@ func TestSeedWhenManyOfTheListedAreWatched(t *testing.T) {
 		})
 	}
 }
+
+// The seeded queries' waits run out together, each answering with its
+// service's own index, below the dump's: nothing changed since the seed,
+// so nothing is converted and no new catalog goes out (at 10,000
+// services, a catalog per batch of such answers held every change behind
+// a re-render of the whole catalog, 12-25 s).
+func TestSeededWaitsRunningOutChangeNothing(t *testing.T) {
+	const n = 20
+	agent := testenv.Consul(t)
+	c := agent.Client()
+	populate(t, c, n)
+	r := startSource(t, agent.Addr(), Config{seedAt: 1, WaitTime: time.Second}, model.LocalCatalog)
+	r.waitFor("every service", func(s model.Snapshot) bool {
+		return s.Local() != nil && len(s.Local().Instances) == n+1
+	})
+	r.steady(watching(n + 1))
+	_, sent := r.last()
+	testenv.Eventually(t, wait, "every seeded query's wait ran out", func() bool {
+		return answered(r) >= seedReads+watching(n+1)
+	})
+	r.steady(watching(n + 1))
+	r.src.mu.Lock()
+	split := r.src.watches[model.LocalCatalog].f.(*catalogFetcher).split
+	r.src.mu.Unlock()
+	if got := split.converted.Load(); got != 0 {
+		t.Errorf("%d answers converted, want none: no service changed since the seed", got)
+	}
+	if _, now := r.last(); now != sent {
+		t.Errorf("%d snapshots after the waits ran out, want %d: nothing changed", now, sent)
+	}
+}
