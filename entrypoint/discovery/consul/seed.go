@@ -86,6 +86,11 @@ func (c *splitCatalog) readSeed(ctx context.Context, want []string) (map[string]
 	if meta.LastIndex == 0 {
 		return nil, 0, errors.New("the node dump carries no index")
 	}
+	if meta.ResultsFilteredByACLs {
+		// The token may read less of the dump than of each service:
+		// the per-service answers say what it may read.
+		return nil, 0, errors.New("the token may not read all of the node dump")
+	}
 	keep := make(map[string]bool, len(want))
 	for _, name := range want {
 		keep[name] = true
