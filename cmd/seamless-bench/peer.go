@@ -69,6 +69,7 @@ type peerResult struct {
 	together             bool
 	register             time.Duration // the catalog written to Consul
 	ready                time.Duration // the tool started → the whole catalog in its file
+	readyServed          time.Duration // built-in: the tool started → its first and last service served
 	asked                int
 	rendered             []time.Duration // by change seen: write → in the file
 	served               []time.Duration // built-in: write → served

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -261,6 +262,10 @@ func startPeerTools(ctx context.Context, log *slog.Logger, o peerOptions, dir st
 		ready, _, _, _ := t.file.state()
 		results[i].ready = ready.Sub(t.started)
 		log.Info("whole catalog rendered", "tool", t.tool.key, "took", results[i].ready.Round(time.Millisecond))
+		if t.tool == toolBuiltin {
+			results[i].readyServed = servedWhole(ctx, t, cat.l, o.every, time.Now().Add(loadTimeout))
+			log.Info("whole catalog served", "tool", t.tool.key, "took", results[i].readyServed.Round(time.Millisecond))
+		}
 	}
 	return runs
 }
@@ -352,4 +357,24 @@ func moveInstance(ctx context.Context, c *api.Client, l layout, ch peerChange) e
 		err = fmt.Errorf("transaction rolled back: %v", resp.Errors)
 	}
 	return err
+}
+
+// servedWhole probes the built-in's HAProxy until its first and last
+// service both answer, and returns how long after the tool's start; 0 if
+// they did not by deadline.
+func servedWhole(ctx context.Context, t *toolRun, l layout, every time.Duration, deadline time.Time) time.Duration {
+	var last time.Time
+	for _, i := range []int{0, l.services - 1} {
+		at, _, err := pollUntil(ctx, t.d.http, l.host(i), every, deadline, func(code int, _ string) verdict {
+			if code == http.StatusOK {
+				return reflected
+			}
+			return pending
+		})
+		if err != nil {
+			return 0
+		}
+		last = at
+	}
+	return last.Sub(t.started)
 }

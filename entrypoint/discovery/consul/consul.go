@@ -77,6 +77,13 @@ type Config struct {
 	// probe is how often the preferred agent is probed while another
 	// serves; 0 means DefaultProbe. Tests shorten it.
 	probe time.Duration
+	// seedAt is how many watched services make a per-service catalog
+	// take its first answer from one read of the node dump (seed.go); 0
+	// means defaultSeedAt, negative never. Tests set it.
+	seedAt int
+	// seeded, when set, is called once the seed's read returned and
+	// before the per-service queries start. Tests set it.
+	seeded func()
 	// retry, when set, is every retry's backoff (with jitter: half to
 	// all of it) instead of retryMin growing to retryMax. Tests set it.
 	retry time.Duration

@@ -33,6 +33,18 @@
 // service's bytes (a check change does not move the service list), and a
 // change to a node check wakes the services of that node.
 //
+// The start (seed.go): with many services to watch (defaultSeedAt, and at
+// least half of those listed), the first answer of every health query
+// comes from one read of the node dump (below), and each query starts
+// waiting on the dump's index: a blocking query answers once its
+// service's index passes the one it waits on, and the dump's is the Raft
+// index of its read, so each answers at its service's next change (one
+// made between the read and the query's start included, and at once on
+// the streaming view too: measured on 1.14.11) rather than S answers at
+// once. A seeded query's first answer below the dump's index is its wait
+// running out, not a reset. A read afresh (after a failure or a reset)
+// is not seeded.
+//
 // Connections: S+2 blocking queries per datacenter for S watched services, each
 // one HTTP/1.1 connection, kept open and reused (the transport keeps that
 // many idle). An agent allows 200 per client address by default

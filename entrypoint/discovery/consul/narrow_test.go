@@ -204,7 +204,8 @@ func TestEveryModeNarrowsAlike(t *testing.T) {
 	lb := func(_ string, tags []string) bool { return slices.Contains(tags, "lb") }
 	proxy := recordPaths(t, agent.Addr(), "/v1/internal/")
 	all := startSource(t, agent.Addr(), Config{}, model.LocalCatalog)
-	split := startSource(t, agent.Addr(), Config{Wanted: lb}, model.LocalCatalog)
+	split := startSource(t, agent.Addr(), Config{Wanted: lb, seedAt: -1}, model.LocalCatalog)
+	seeded := startSource(t, agent.Addr(), Config{Wanted: lb, seedAt: 1}, model.LocalCatalog)
 	// Over the budget (two services, two fixed watches), the node dump.
 	dump := startSource(t, agent.Addr(), Config{Wanted: lb, Watches: 3}, model.LocalCatalog)
 	public := startSource(t, proxy.url, Config{Wanted: lb, Watches: 3}, model.LocalCatalog)
@@ -215,7 +216,7 @@ func TestEveryModeNarrowsAlike(t *testing.T) {
 		return in.Name != "api" && in.Name != "web"
 	})
 	want.Index = 0
-	for name, r := range map[string]*running{"per service": split, "node dump": dump, "public endpoints": public} {
+	for name, r := range map[string]*running{"per service": split, "seeded from the dump": seeded, "node dump": dump, "public endpoints": public} {
 		got := *r.waitFor(name, hasServices("api", "web")).Local()
 		got.Index = 0
 		if !reflect.DeepEqual(got, want) {

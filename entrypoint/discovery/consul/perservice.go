@@ -57,6 +57,11 @@ type sub struct {
 	kind   partKind
 	name   string // the service, for partHealth
 	cancel context.CancelFunc
+	// seed, when not 0, is the index of the node dump the query's first
+	// answer came from (seed.go): it waits on it, and seedDigest is
+	// what it answered.
+	seed       uint64
+	seedDigest [32]byte
 }
 
 // event is a sub-watch's answer: an error, or an answer that did or did
@@ -116,6 +121,12 @@ type splitCatalog struct {
 	// indexes of the parts' latest answers, by sub-watch: the catalog's
 	// index is the highest (model.Catalog.Index).
 	indexes map[*sub]uint64
+	// pending are the services of the first listing, waiting for the
+	// seed's read (seed.go); seedIndex is its index, the catalog's
+	// lowest since.
+	pending   []string
+	seedIndex uint64
+	seedEpoch context.Context // the restart context at the seed: a reset since ends seedIndex
 
 	// restarted is cancelled (and replaced) when a sub-watch saw the index
 	// go backwards: Consul restarted with less data. Every other
@@ -223,7 +234,12 @@ func (c *splitCatalog) fetch(ctx context.Context) (*model.Catalog, error) {
 				// The same answer at another index (a change elsewhere, a
 				// fresh read, a Consul that started over): the catalog
 				// is as recent as that.
-				c.indexes[ev.sub], c.dirty = ev.index, true
+				c.indexes[ev.sub] = ev.index
+				// Below the seed's index it says nothing newer (the
+				// waits of the seeded queries run out together).
+				if floor := c.floor(); floor == 0 || ev.index > floor {
+					c.dirty = true
+				}
 			}
 			if ev.changed {
 				if over := c.apply(ev); over != nil {
@@ -231,8 +247,13 @@ func (c *splitCatalog) fetch(ctx context.Context) (*model.Catalog, error) {
 				}
 			}
 		}
+		if c.pending != nil && c.haveNodes {
+			if err := c.seed(ctx); err != nil {
+				return nil, err
+			}
+		}
 		if !c.complete {
-			c.complete = c.haveServices && c.haveNodes && len(c.parts) == len(c.health)
+			c.complete = c.haveServices && c.haveNodes && c.pending == nil && len(c.parts) == len(c.health)
 		}
 		switch {
 		case c.complete && c.dirty:
@@ -264,12 +285,17 @@ func (c *splitCatalog) apply(ev event) *overBudget {
 	c.indexes[ev.sub] = ev.index
 	switch ev.sub.kind {
 	case partServices:
+		first := !c.haveServices
 		c.haveServices = true
 		// Only the services used are watched, and counted against the
 		// budget.
 		want := c.set.update(ev.services)
 		if len(want)+fixedWatches > c.budget {
 			return &overBudget{services: len(want)}
+		}
+		if c.pending != nil || (first && c.seedWanted(len(want), int(c.set.listed.Load()))) {
+			c.pending, c.order = want, want // read from the node dump once the node list answered
+			return nil
 		}
 		for name, sb := range c.health {
 			if _, ok := slices.BinarySearch(want, name); !ok {
@@ -311,7 +337,7 @@ func (c *splitCatalog) assemble() *model.Catalog {
 	if dc == "" {
 		dc = c.dcName
 	}
-	cat := &model.Catalog{Datacenter: dc, Nodes: nilIfNone(slices.Clone(c.nodeList))}
+	cat := &model.Catalog{Datacenter: dc, Nodes: nilIfNone(slices.Clone(c.nodeList)), Index: c.floor()}
 	for _, i := range c.indexes {
 		cat.Index = max(cat.Index, i)
 	}

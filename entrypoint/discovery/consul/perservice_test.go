@@ -66,10 +66,11 @@ func TestPerServiceCatalogIsTheNodeDump(t *testing.T) {
 	for _, tt := range []struct {
 		tag      string
 		services int // watched
-	}{{"", 4}, {"lb", 2}} {
+		seedAt   int
+	}{{"", 4, -1}, {"lb", 2, -1}, {"", 4, 1}, {"lb", 2, 1}} {
 		tag := tt.tag
-		t.Run("tag filter "+strconv.Quote(tag), func(t *testing.T) {
-			r := startSource(t, agent.Addr(), Config{TagFilter: tag}, model.LocalCatalog)
+		t.Run(fmt.Sprintf("tag filter %q, seeded %t", tag, tt.seedAt > 0), func(t *testing.T) {
+			r := startSource(t, agent.Addr(), Config{TagFilter: tag, seedAt: tt.seedAt}, model.LocalCatalog)
 			r.waitFor("every service", func(s model.Snapshot) bool { return len(instances(s, "web")) == 3 })
 			var got, want *model.Catalog
 			testenv.Eventually(t, wait, "the same catalog as the node dump", func() bool {
@@ -89,6 +90,9 @@ func TestPerServiceCatalogIsTheNodeDump(t *testing.T) {
 				t.Logf("per service:\n%+v\nnode dump:\n%+v", got, want)
 			}
 			r.steady(watching(tt.services)) // per service, not the dump
+			if answered := r.src.Requests() - r.src.inFlight(); tt.seedAt > 0 && answered != seedReads {
+				t.Errorf("%d requests answered, want %d: the catalog compared is not the seed's alone", answered, seedReads)
+			}
 		})
 	}
 }

@@ -20,6 +20,9 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 		prev any
 		have bool
 	)
+	if sb.seed > 0 { // wait for a change after the seed's read
+		cur.index, prev, have = sb.seed, sb.seedDigest, true
+	}
 	bo := c.s.newBackoff()
 	var epoch context.Context // the restart context of the last request
 	for {
@@ -65,7 +68,10 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 			c.restart()
 			epoch = nil
 		}
-		moved := cur.answered(index, log, c.what(sb))
+		// A seeded query's first answer at or below the dump's index is
+		// its wait running out: its service did not change since.
+		quiet := sb.seed > 0 && cur.seen == 0 && !cur.reread && index != 0 && index <= sb.seed
+		moved := cur.answered(index, log, c.what(sb)) && !quiet
 		ev.index = index
 		if sb.kind == partHealth && (moved || !have) {
 			// Only an answer that can differ is converted: most answers

@@ -186,7 +186,13 @@ func (c *cursor) answered(got uint64, s *Source, what string) (changed bool) {
 		s.log.Warn("Consul's index went backwards (restarted with less data, or another server answered): starting the query over",
 			"query", what, "consul", s.addr(), "from", c.seen, "to", got)
 	}
-	c.index = nextIndex(c.wait(), got)
+	prev := c.wait()
+	if c.seen == 0 {
+		// The first answer: to a query seeded with another query's
+		// index (seed.go) a lower index is this query's own, not a reset.
+		prev = 0
+	}
+	c.index = nextIndex(prev, got)
 	c.seen, c.reread = got, false
 	return changed
 }
