@@ -1,8 +1,6 @@
 package guard
 
 import (
-	"slices"
-
 	"github.com/seamless-lb/seamless/entrypoint/model"
 )
 
@@ -16,16 +14,9 @@ const smallGroup = 64
 // service by service and a change allocates for what it removed, not a
 // set of the whole catalog; an unsorted catalog gets the set.
 func gone(prev, cur []model.Instance, skip func(model.Instance) bool) []model.Instance {
-	byName := func(a, b model.Instance) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	}
-	if !slices.IsSortedFunc(prev, byName) || !slices.IsSortedFunc(cur, byName) {
+	// Loops over indexes, not slices' generic helpers, which would copy
+	// two instances (hundreds of bytes) per comparison.
+	if !sortedByName(prev) || !sortedByName(cur) {
 		return goneFrom(prev, cur, skip)
 	}
 	var out []model.Instance
@@ -45,17 +36,30 @@ func gone(prev, cur []model.Instance, skip func(model.Instance) bool) []model.In
 		}
 		if ie-i > smallGroup || je-j > smallGroup {
 			out = append(out, goneFrom(prev[i:ie], cur[j:je], skip)...)
-		} else {
-			for _, in := range prev[i:ie] {
-				if !slices.ContainsFunc(cur[j:je], func(c model.Instance) bool { return c.ID == in.ID }) &&
-					(skip == nil || !skip(in)) {
-					out = append(out, in)
-				}
+			i, j = ie, je
+			continue
+		}
+		for ; i < ie; i++ {
+			found := false
+			for k := j; k < je && !found; k++ {
+				found = cur[k].ID == prev[i].ID
+			}
+			if !found && (skip == nil || !skip(prev[i])) {
+				out = append(out, prev[i])
 			}
 		}
-		i, j = ie, je
+		j = je
 	}
 	return out
+}
+
+func sortedByName(in []model.Instance) bool {
+	for i := 1; i < len(in); i++ {
+		if in[i].Name < in[i-1].Name {
+			return false
+		}
+	}
+	return true
 }
 
 // goneFrom is gone with a set of cur's instances.
