@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -173,4 +174,41 @@ func TestSteadyChangesSaveAtMostOncePerSaveEvery(t *testing.T) {
 			t.Errorf("the last change is not saved at the end: %v %+v", err, s.Local())
 		}
 	})
+}
+
+// A save in progress (tens of milliseconds of CPU for a large catalog,
+// and what the disk takes to sync) does not hold up the next change.
+func TestAChangeDoesNotWaitForASave(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	blocked := make(chan struct{})
+	saveSnapshot = func(dir string, s model.Snapshot, now time.Time) error {
+		if s.Local() != nil && len(s.Local().Instances) == 1 && s.Local().Instances[0].Address == "10.0.1.1" {
+			once.Do(func() { close(blocked) })
+			<-release
+		}
+		return SaveSnapshot(dir, s, now)
+	}
+	t.Cleanup(func() { saveSnapshot = SaveSnapshot })
+	dir := t.TempDir()
+	src := newSource("consul")
+	r := newRig(t, dir, lines{}, src)
+	src.send("web=10.0.0.1")
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	r.a.savedAt = time.Time{} // the next change saves at once
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.a.Run(ctx) }()
+	src.send("web=10.0.1.1")
+	<-blocked // saving that change, slowly
+	src.send("web=10.0.1.2")
+	testenv.Eventually(t, 5*time.Second, "the next change applied during the save", func() bool {
+		b, _ := os.ReadFile(r.path)
+		return strings.Contains(string(b), "10.0.1.2\n")
+	})
+	close(release)
+	cancel()
+	<-done
 }
