@@ -190,6 +190,20 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 		})
 		defer stopStatus()
 	}
+	if cfg.DebugAddr != "" {
+		srv, err := status.ListenDebug(cfg.DebugAddr, log)
+		if err != nil {
+			log.Error("cannot listen on SEAMLESS_DEBUG_ADDR", "addr", cfg.DebugAddr, "err", err)
+			return exitUsage
+		}
+		debugCtx, stopDebug := context.WithCancel(context.Background())
+		wg.Go(func() {
+			if err := srv.Run(debugCtx); err != nil {
+				log.Error("debug endpoint failed", "err", err)
+			}
+		})
+		defer stopDebug()
+	}
 	return sup.Run(ctx)
 }
 

@@ -85,6 +85,7 @@ type Applier struct {
 	savedAt  time.Time         // the last save of the snapshots
 	saveDue  time.Time         // when the snapshots not saved yet are; zero: none waits
 	saves    int               // saves of the snapshots, for the tests
+	saving   sync.WaitGroup    // the save in progress
 	// ranFrom is latest as it was when running was rendered.
 	ranFrom map[string]model.Snapshot
 	// startRend is the rendering of the current state during Start, so
@@ -176,6 +177,7 @@ func (a *Applier) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			a.saveNow()
+			a.saving.Wait()
 			return
 		case <-saveTimer.C:
 			saveDue = time.Time{}

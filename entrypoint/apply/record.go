@@ -134,14 +134,39 @@ func (a *Applier) logSkipped(rend model.Rendering) {
 }
 
 func (a *Applier) countDiscovered() {
+	// By index, in the catalog's order (sorted by name: a service is a
+	// run of instances), so that a change copies no instance and keeps
+	// no set of names.
+	insts := a.applied.Instances
+	services, n, sorted := 0, 0, true
+	var last *model.Instance
+	for i := range insts {
+		in := &insts[i]
+		if in.Source == "consul" && in.Name == "consul" && consulItself(*in) {
+			continue
+		}
+		if last == nil || in.Name != last.Name {
+			services++
+			sorted = sorted && (last == nil || in.Name > last.Name)
+		}
+		last = in
+		n++
+	}
+	if !sorted { // not a merged catalog's order
+		services = countNames(insts)
+	}
+	a.opts.Metrics.Discovered.WithLabelValues("services").Set(float64(services))
+	a.opts.Metrics.Discovered.WithLabelValues("instances").Set(float64(n))
+}
+
+// countNames counts the services of insts in any order, Consul itself
+// left out.
+func countNames(insts []model.Instance) int {
 	names := map[string]bool{}
-	n := 0
-	for _, in := range a.applied.Instances {
-		if !consulItself(in) {
-			names[in.Name] = true
-			n++
+	for i := range insts {
+		if !consulItself(insts[i]) {
+			names[insts[i].Name] = true
 		}
 	}
-	a.opts.Metrics.Discovered.WithLabelValues("services").Set(float64(len(names)))
-	a.opts.Metrics.Discovered.WithLabelValues("instances").Set(float64(n))
+	return len(names)
 }

@@ -134,6 +134,7 @@ func (a *Applier) fillFromDisk() {
 // first writes the configuration HAProxy starts with.
 func (a *Applier) first(ctx context.Context, complete bool) error {
 	a.save()
+	a.saving.Wait() // Run may never come to wait for it
 	st := a.state()
 	rend, err := a.renderStart()
 	a.startRend = nil // Run renders afresh: the clock moves drains on

@@ -32,6 +32,7 @@ type Config struct {
 	HAProxyBin    string        `envconfig:"HAPROXY_BIN" default:"haproxy" desc:"HAProxy executable (looked up in PATH)."`
 	RunDir        string        `envconfig:"RUN_DIR" default:"/var/run/seamless" desc:"Directory for the master CLI socket and generated files; must be writable by the user seamless runs as."`
 	StatusAddr    string        `envconfig:"STATUS_ADDR" default:":8405" desc:"Listen address of the HTTP status endpoint (/healthz, /metrics). Empty disables it."`
+	DebugAddr     string        `envconfig:"DEBUG_ADDR" desc:"Listen address of Go's profiler (/debug/pprof/), for measuring seamless itself: CPU and heap profiles, goroutines. It shows internals (no secrets, but names and addresses of services): bind it to 127.0.0.1. Empty (the default) disables it."`
 	LogFormat     string        `envconfig:"LOG_FORMAT" default:"text" desc:"Log format: text or json. In json, HAProxy's own output lines become records too (component=haproxy)."`
 	LogLevel      string        `envconfig:"LOG_LEVEL" default:"info" desc:"Log level: debug, info, warn or error."`
 	StopGrace     time.Duration `envconfig:"STOP_GRACE" min:"100ms" max:"1h" default:"8s" desc:"On SIGTERM/SIGINT, how long in-flight requests may finish after HAProxy stops accepting before it is stopped hard. Keep it below the container runtime's stop timeout (Docker: 10s)."`
@@ -191,6 +192,11 @@ func (c *Config) validate() error {
 	if c.StatusAddr != "" {
 		if _, _, err := net.SplitHostPort(c.StatusAddr); err != nil {
 			bad("STATUS_ADDR", "%q is not host:port (%v)", c.StatusAddr, err)
+		}
+	}
+	if c.DebugAddr != "" {
+		if _, _, err := net.SplitHostPort(c.DebugAddr); err != nil {
+			bad("DEBUG_ADDR", "%q is not host:port (%v)", c.DebugAddr, err)
 		}
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {

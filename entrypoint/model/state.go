@@ -5,6 +5,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 )
 
 // State is the merged view of every source that templates render from.
@@ -131,7 +132,7 @@ func soleCatalog(snaps map[string]Snapshot) *Catalog {
 		}
 	}
 	if only == nil || !slices.IsSortedFunc(only.Nodes, compareNodes) ||
-		!slices.IsSortedFunc(only.Instances, compareInstances) {
+		!instancesSorted(only.Instances) {
 		return nil
 	}
 	for i := 1; i < len(only.Nodes); i++ {
@@ -161,9 +162,36 @@ func soleCatalog(snaps map[string]Snapshot) *Catalog {
 
 func compareNodes(a, b Node) int { return cmp.Compare(a.Name, b.Name) }
 
-func compareInstances(a, b Instance) int {
-	return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Node, b.Node),
-		cmp.Compare(a.Address, b.Address), cmp.Compare(a.Port, b.Port), cmp.Compare(a.ID, b.ID))
+func compareInstances(a, b Instance) int { return compareInstanceAt(&a, &b) }
+
+// compareInstanceAt stops at the first field that differs (cmp.Or would
+// compare all five) and copies no instance: Merge checks the order of
+// every instance of the catalog at every change.
+func compareInstanceAt(a, b *Instance) int {
+	if c := strings.Compare(a.Name, b.Name); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Node, b.Node); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Address, b.Address); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Port, b.Port); c != 0 {
+		return c
+	}
+	return strings.Compare(a.ID, b.ID)
+}
+
+// instancesSorted is slices.IsSortedFunc(in, compareInstances) without
+// copying two instances per comparison.
+func instancesSorted(in []Instance) bool {
+	for i := 1; i < len(in); i++ {
+		if compareInstanceAt(&in[i], &in[i-1]) < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // SortCatalog orders nodes by name and instances by service name, node,

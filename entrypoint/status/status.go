@@ -109,7 +109,7 @@ func (s *Server) Run(ctx context.Context) error {
 		_ = s.srv.Shutdown(c)
 	})
 	defer stop()
-	s.log.Info("status endpoint listening", "addr", s.Addr())
+	s.log.Info("endpoint listening", "addr", s.Addr()) // the component says which
 	if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

@@ -26,7 +26,7 @@ func TestConvertedInstancesKeepNoSpareRoom(t *testing.T) {
 				Checks:  api.HealthChecks{{Node: node, CheckID: "web-http", Status: api.HealthPassing, ServiceID: "web"}},
 			})
 		}
-		got := convertEntries(entries, "dc1", "")
+		got := convertEntries(entriesFromAPI(entries), "dc1", "")
 		if len(got) != n || cap(got) != n {
 			t.Errorf("%d entries: %d instances with room for %d, want %d and no more", n, len(got), cap(got), n)
 		}

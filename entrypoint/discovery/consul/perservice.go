@@ -9,8 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/hashicorp/consul/api"
-
 	"github.com/seamless-lb/seamless/entrypoint/model"
 )
 
@@ -75,7 +73,7 @@ type event struct {
 	nodes     []model.Node
 	dcName    string
 	instances []model.Instance
-	entries   []*api.ServiceEntry // the answer of a health query, until converted
+	entries   []healthEntry // the answer of a health query, until converted
 }
 
 // overBudget: the catalog has more services than the budget of blocking

@@ -172,12 +172,10 @@ func (c *splitCatalog) read(ctx context.Context, sb *sub, index uint64) (event, 
 		// A blocking query (index > 0) on the health of a service is
 		// served by the agent from its streaming view (Consul 1.10+,
 		// use_streaming_backend, on by default) without a parameter.
-		var entries []*api.ServiceEntry
-		entries, meta, err = c.s.client.Health().Service(sb.name, c.s.cfg.TagFilter, false, opts)
+		ev.entries, meta, err = c.readHealth(opts, sb.name, index)
 		if err != nil {
 			return ev, 0, fmt.Errorf("reading service %q: %w", sb.name, err)
 		}
-		ev.entries = entries
 	}
 	if meta.ResultsFilteredByACLs && sb.kind != partHealth && c.warnedACL.CompareAndSwap(false, true) {
 		c.s.log.Warn("the token may not read all of the catalog; Consul left out what it may not read",
@@ -194,27 +192,6 @@ func digest(insts []model.Instance) [sha256.Size]byte {
 	var d [sha256.Size]byte
 	h.Sum(d[:0])
 	return d
-}
-
-// convertEntries converts the health of one service as the node dump's
-// would be: each entry is a node with that one instance and its checks.
-func convertEntries(entries []*api.ServiceEntry, dc, tagFilter string) []model.Instance {
-	dump := make([]*nodeInfo, 0, len(entries))
-	for _, e := range entries {
-		if e == nil || e.Node == nil || e.Service == nil {
-			continue
-		}
-		n := nodeFromAPI(e.Node)
-		n.Services = []*nodeService{fromAgentService(e.Service)}
-		for _, ch := range e.Checks {
-			if ch != nil {
-				n.Checks = append(n.Checks, &healthCheck{Node: ch.Node, CheckID: ch.CheckID, Name: ch.Name,
-					Status: ch.Status, Notes: ch.Notes, Output: ch.Output, ServiceID: ch.ServiceID, ServiceName: ch.ServiceName})
-			}
-		}
-		dump = append(dump, n)
-	}
-	return convertDump(dump, dc, tagFilter).Instances
 }
 
 func nodeFromAPI(n *api.Node) *nodeInfo {

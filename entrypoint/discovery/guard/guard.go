@@ -198,16 +198,11 @@ func (g *Guard) hold(s model.Snapshot, now time.Time) {
 		if r.Catalog == nil || prev == nil || r.Catalog == prev {
 			continue
 		}
-		present := make(map[[2]string]bool, len(r.Catalog.Instances))
-		for _, in := range r.Catalog.Instances {
-			present[[2]string{in.Name, in.ID}] = true
+		var skip func(model.Instance) bool // already held
+		if len(g.held) > 0 {
+			skip = func(in model.Instance) bool { return g.held[key{q, in.Name, in.ID}] != nil }
 		}
-		var gone []model.Instance
-		for _, in := range prev.Instances {
-			if !present[[2]string{in.Name, in.ID}] && (len(g.held) == 0 || g.held[key{q, in.Name, in.ID}] == nil) {
-				gone = append(gone, in)
-			}
-		}
+		gone := gone(prev.Instances, r.Catalog.Instances, skip)
 		mass := g.tooMany(len(gone), len(prev.Instances))
 		if !mass && (!restarted || len(gone) == 0) {
 			continue
