@@ -354,6 +354,54 @@ func TestRetriesBackOffExponentiallyAndResetOnSuccess(t *testing.T) {
 	})
 }
 
+// pacedScript is a scripted fetcher that says it paces its own queries,
+// as the per-service catalog does.
+type pacedScript struct{ *scripted }
+
+func (pacedScript) paced() bool { return true }
+
+// A per-service catalog's answers to one write arrive a few milliseconds
+// apart; the one carrying the change must not wait out a pause the first
+// started, while a steady stream of answers is still held to minInterval.
+func TestAPerServiceCatalogPassesABurstOnAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    func(*scripted) fetcher
+		want []time.Duration // between one call and the next
+	}{
+		{"per service", func(s *scripted) fetcher { return pacedScript{s} },
+			[]time.Duration{0, 0, 0, minInterval, minInterval, minInterval}},
+		{"one query", func(s *scripted) fetcher { return s },
+			[]time.Duration{minInterval, minInterval, minInterval, minInterval, minInterval, minInterval}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				src, err := New(Config{API: &api.Config{Address: "127.0.0.1:1"}}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f := &scripted{script: make([]error, len(tc.want)), done: make(chan struct{})}
+				ctx, cancel := context.WithCancel(t.Context())
+				w := &watch{q: model.LocalCatalog, cancel: cancel, f: tc.f(f)}
+				src.mu.Lock()
+				src.watches[w.q] = w
+				src.mu.Unlock()
+				src.wg.Go(func() { src.runWatch(ctx, w) })
+				<-f.done
+				cancel()
+				src.wg.Wait()
+				var got []time.Duration
+				for i := 1; i < len(f.calls); i++ {
+					got = append(got, f.calls[i].Sub(f.calls[i-1]))
+				}
+				if !slices.Equal(got, tc.want) {
+					t.Errorf("requests %v apart, want %v", got, tc.want)
+				}
+			})
+		})
+	}
+}
+
 // When one query sees Consul's index go backwards (a restarted Consul),
 // the others, still blocked on the old index where the new Consul would
 // hold them for the whole wait, are cut short and read afresh.
