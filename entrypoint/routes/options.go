@@ -48,6 +48,9 @@ type Options struct {
 	// host:port, validated by config); its port is reserved like the
 	// frontends'. "" reserves nothing.
 	StatusAddr string
+	// DebugAddr is seamless's profiling listener (SEAMLESS_DEBUG_ADDR),
+	// reserved the same way. "" reserves nothing.
+	DebugAddr string
 	// Health filters the instances that become servers
 	// (SEAMLESS_CONSUL_HEALTH, split by model.ParseHealth): "passing"
 	// (also when empty), "passing,warning", "any", or any list of passing,

@@ -64,21 +64,31 @@ func TestBindString(t *testing.T) {
 	}
 }
 
-// seamless's own status listener (SEAMLESS_STATUS_ADDR) is reserved like
-// HAProxy's frontends: a seamless.tcp.port on it would fail to bind (and
-// freeze every later change), so it is left out, naming the variable.
-func TestTheStatusPortIsReserved(t *testing.T) {
-	r := mustNew(t, Options{HTTPBind: "127.0.0.1:18080", StatusAddr: ":18405"})
-	out := render(t, r, catalog(
-		inst("web", "web-1", "10.0.0.1", 8080, "seamless.http.path=/"),
-		inst("db", "db-1", "10.0.0.2", 5432, "seamless.tcp.port=18405"),
-	))
-	if strings.Contains(string(out.Config), ":18405") {
-		t.Errorf("the status port became a listener:\n%s", out.Config)
-	}
-	if !slices.ContainsFunc(out.Skipped, func(s string) bool {
-		return strings.Contains(s, "port 18405 is SEAMLESS_STATUS_ADDR's")
-	}) {
-		t.Errorf("skipped %q, want the tag left out naming SEAMLESS_STATUS_ADDR", out.Skipped)
+// seamless's own listeners (SEAMLESS_STATUS_ADDR, SEAMLESS_DEBUG_ADDR) are
+// reserved like HAProxy's frontends: a seamless.tcp.port on one would
+// fail to bind (and freeze every later change), so it is left out, naming
+// the variable.
+func TestSeamlessOwnPortsAreReserved(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts Options
+	}{
+		{"SEAMLESS_STATUS_ADDR", Options{HTTPBind: "127.0.0.1:18080", StatusAddr: ":18405"}},
+		{"SEAMLESS_DEBUG_ADDR", Options{HTTPBind: "127.0.0.1:18080", DebugAddr: "127.0.0.1:18405"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := render(t, mustNew(t, tc.opts), catalog(
+				inst("web", "web-1", "10.0.0.1", 8080, "seamless.http.path=/"),
+				inst("db", "db-1", "10.0.0.2", 5432, "seamless.tcp.port=18405"),
+			))
+			if strings.Contains(string(out.Config), ":18405") {
+				t.Errorf("the port became a listener:\n%s", out.Config)
+			}
+			if !slices.ContainsFunc(out.Skipped, func(s string) bool {
+				return strings.Contains(s, "port 18405 is "+tc.name+"'s")
+			}) {
+				t.Errorf("skipped %q, want the tag left out naming %s", out.Skipped, tc.name)
+			}
+		})
 	}
 }

@@ -63,10 +63,12 @@ func New(opts Options, log *slog.Logger) (*Renderer, error) {
 	if statsB.port != 0 {
 		reserved[statsB.port] = "SEAMLESS_STATS_BIND"
 	}
-	// seamless's own listener: a frontend on its port could never bind.
-	if _, p, err := net.SplitHostPort(opts.StatusAddr); err == nil {
-		if port, err := strconv.Atoi(p); err == nil && port > 0 {
-			reserved[port] = "SEAMLESS_STATUS_ADDR"
+	// seamless's own listeners: a frontend on their ports could never bind.
+	for addr, name := range map[string]string{opts.StatusAddr: "SEAMLESS_STATUS_ADDR", opts.DebugAddr: "SEAMLESS_DEBUG_ADDR"} {
+		if _, p, err := net.SplitHostPort(addr); err == nil {
+			if port, err := strconv.Atoi(p); err == nil && port > 0 {
+				reserved[port] = name
+			}
 		}
 	}
 	r := &Renderer{

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -28,6 +29,18 @@ func TestDebugServesProfilesAndStatusDoesNot(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "goroutine profile") {
 		t.Fatalf("goroutine profile: %d %.200s", resp.StatusCode, b)
+	}
+	// A profile as long as the write timeout is refused at once: nobody
+	// holds the profiler (and a core) for hours.
+	quick := &http.Client{Timeout: 10 * time.Second}
+	resp, err = quick.Get("http://" + srv.Addr() + "/debug/pprof/profile?seconds=86400")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a day-long CPU profile: %d %.200s, want it refused", resp.StatusCode, b)
 	}
 
 	st, err := Listen("127.0.0.1:0", prometheus.NewRegistry(), func() error { return nil }, func() error { return nil }, nil)
