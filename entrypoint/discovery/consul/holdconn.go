@@ -2,6 +2,7 @@ package consul
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -150,12 +151,10 @@ func closeBody(r *http.Request) {
 	}
 }
 
+// hostPort is where r goes: its URL's host and port, 80 when it names
+// none (an IPv6 host keeps its brackets only once).
 func hostPort(r *http.Request) string {
-	host := r.URL.Host
-	if _, _, err := net.SplitHostPort(host); err != nil {
-		return net.JoinHostPort(host, "80")
-	}
-	return host
+	return net.JoinHostPort(r.URL.Hostname(), cmp.Or(r.URL.Port(), "80"))
 }
 
 // get returns an idle connection to key, or a new one, and tells an

@@ -385,3 +385,20 @@ func TestHoldingServerProcess(t *testing.T) {
 	<-release
 	srv.Close()
 }
+
+func TestHeldConnDialsTheURLsHostAndPort(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://127.0.0.1:8500/v1/agent/self": "127.0.0.1:8500",
+		"http://consul/v1/agent/self":         "consul:80",
+		"http://[::1]:8500/v1/agent/self":     "[::1]:8500",
+		"http://[::1]/v1/agent/self":          "[::1]:80",
+	} {
+		req, err := http.NewRequest(http.MethodGet, in, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := hostPort(req); got != want {
+			t.Errorf("%s dials %q, want %q", in, got, want)
+		}
+	}
+}
