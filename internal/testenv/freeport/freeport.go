@@ -8,8 +8,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // The range ports are chosen in: below Linux's ephemeral range (32768 and
@@ -43,6 +47,9 @@ func Get(n int) ([]int, error) {
 		if given[port] {
 			continue
 		}
+		if !claim(port) {
+			continue // another test process handed it out
+		}
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
 			continue
@@ -52,4 +59,30 @@ func Get(n int) ([]int, error) {
 		ports = append(ports, port)
 	}
 	return ports, nil
+}
+
+// claims are the lock files of the ports this process handed out, kept
+// open (and so locked) until it exits.
+var claims []*os.File
+
+// claim takes an exclusive lock on the port's file in a directory every
+// test process shares: go test runs packages in parallel processes, and a
+// port one of them handed out but whose server has not bound it yet looks
+// free to the others ("address already in use" in CI). The kernel drops
+// the lock when the process ends, however it ends.
+func claim(port int) bool {
+	dir := filepath.Join(os.TempDir(), "seamless-freeport")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return true // no shared directory: the bind check alone
+	}
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return true
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return false
+	}
+	claims = append(claims, f)
+	return true
 }
