@@ -178,6 +178,7 @@ func scaleUnderLoad(t *testing.T, c *client.Client, file string, env map[string]
 
 	p := compose.New(t, file, env)
 	begin := time.Now()
+	tl := newTimeline(t, c, p)
 	p.Up()
 	// converged waits until the service answers from exactly the running
 	// replicas, and as many servers are UP on the stats page.
@@ -197,6 +198,7 @@ func scaleUnderLoad(t *testing.T, c *client.Client, file string, env map[string]
 			return statsUp(stats, "http-web") == want
 		})
 		t.Logf("%s after %s: %d replicas answer %v", step, time.Since(begin).Round(time.Millisecond), len(got), got)
+		tl.mark(time.Now(), "%s: converged", step)
 	}
 	converged("up", 3)
 	testenv.Eventually(t, 30*time.Second, "seamless ready", func() bool {
@@ -217,14 +219,25 @@ func scaleUnderLoad(t *testing.T, c *client.Client, file string, env map[string]
 	}
 	for _, n := range []int{5, 2, 3} {
 		step := fmt.Sprintf("scale web=%d", n)
+		tl.mark(time.Now(), "%s", step)
 		p.Scale("web", n)
+		tl.mark(time.Now(), "%s: compose returned", step)
 		converged(step, n)
 		for _, l := range loads {
 			if r := l.Snapshot(); r.Failed != 0 {
-				t.Errorf("%s: %d of %d requests failed so far: %v", step, r.Failed, r.Requests, r.Errors)
+				t.Errorf("%s: %d of %d requests failed so far, between %s and %s: %v", step, r.Failed, r.Requests,
+					clock(r.FirstFailure), clock(r.LastFailure), r.Errors)
 			}
 		}
 	}
+	for i, l := range loads {
+		if r := l.Snapshot(); r.Failed != 0 {
+			mode := []string{"new connection", "keep-alive"}[i]
+			tl.mark(r.FirstFailure, "%s: first failed request", mode)
+			tl.mark(r.LastFailure, "%s: last failed request (%d failed)", mode, r.Failed)
+		}
+	}
+	tl.log()
 	for i, l := range loads {
 		r := l.Stop()
 		t.Logf("%s: %d requests in %s, %d failed %v", []string{"new connection", "keep-alive"}[i],
@@ -252,6 +265,10 @@ func scaleUnderLoad(t *testing.T, c *client.Client, file string, env map[string]
 		}
 	}
 }
+
+// clock is t as the containers' logs print it, to read a failure beside
+// them.
+func clock(t time.Time) string { return t.UTC().Format("15:04:05.000") }
 
 // TestComposeFile is compose/file: seamless with a mounted services
 // directory routes to the three named backends it lists.

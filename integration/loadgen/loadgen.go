@@ -63,6 +63,10 @@ type Result struct {
 	Errors   map[string]int64 // failure class -> count
 	Elapsed  time.Duration    // run time so far, or until the workers finished
 	LastBody string           // trimmed body of the newest successful response
+	// FirstFailure and LastFailure are when the first and the latest
+	// failed attempts ended, zero without one: they place a loss on the
+	// timeline of what the test did.
+	FirstFailure, LastFailure time.Time
 }
 
 // Load is a running load. Its methods are safe for concurrent use.
@@ -170,6 +174,12 @@ func (l *Load) Snapshot() Result {
 		if st.lastAt.After(lastAt) {
 			lastAt, r.LastBody = st.lastAt, st.lastBody
 		}
+		if !st.firstFail.IsZero() && (r.FirstFailure.IsZero() || st.firstFail.Before(r.FirstFailure)) {
+			r.FirstFailure = st.firstFail
+		}
+		if st.lastFail.After(r.LastFailure) {
+			r.LastFailure = st.lastFail
+		}
 		st.mu.Unlock()
 	}
 	l.mu.Lock()
@@ -191,6 +201,8 @@ type workerStats struct {
 	errors   map[string]int64
 	lastBody string
 	lastAt   time.Time
+
+	firstFail, lastFail time.Time
 }
 
 func (st *workerStats) record(class, body string) {
@@ -200,6 +212,10 @@ func (st *workerStats) record(class, body string) {
 	if class != "" {
 		st.failed++
 		st.errors[class]++
+		st.lastFail = time.Now()
+		if st.firstFail.IsZero() {
+			st.firstFail = st.lastFail
+		}
 		return
 	}
 	st.lastBody = body

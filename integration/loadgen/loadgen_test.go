@@ -180,6 +180,31 @@ func TestStatus503IsAFailure(t *testing.T) {
 	}
 }
 
+// TestFailuresAreTimed: a failure's time places it beside what the test
+// did; a run without one has none.
+func TestFailuresAreTimed(t *testing.T) {
+	var fail atomic.Bool
+	addr, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if fail.Load() {
+			http.Error(w, "no server available", http.StatusServiceUnavailable)
+		}
+	})
+	ok := waitDone(t, start(t, Config{Target: addr, Mode: KeepAlive, MaxRequests: 5}), 20*time.Second)
+	if ok.Failed != 0 || !ok.FirstFailure.IsZero() || !ok.LastFailure.IsZero() {
+		t.Errorf("a run without failures: failed=%d first=%v last=%v", ok.Failed, ok.FirstFailure, ok.LastFailure)
+	}
+	fail.Store(true)
+	before := time.Now()
+	r := waitDone(t, start(t, Config{Target: addr, Mode: KeepAlive, Workers: 2, MaxRequests: 6}), 20*time.Second)
+	after := time.Now()
+	if r.Failed != 6 {
+		t.Fatalf("failed=%d, want 6", r.Failed)
+	}
+	if r.FirstFailure.Before(before) || r.LastFailure.After(after) || !r.LastFailure.After(r.FirstFailure) {
+		t.Errorf("failures between %v and %v, want within %v..%v, the last after the first", r.FirstFailure, r.LastFailure, before, after)
+	}
+}
+
 func TestConnectRefused(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
