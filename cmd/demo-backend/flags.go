@@ -20,7 +20,9 @@ import (
 type config struct {
 	Listen string
 	Name   string
-	Drain  time.Duration
+	// On SIGTERM the backend serves at least Drain, then until no request
+	// came for DrainIdle, and never longer than DrainMax.
+	Drain, DrainIdle, DrainMax time.Duration
 
 	// Consul is nil unless the instance registers itself.
 	Consul *consulConfig
@@ -41,8 +43,17 @@ type consulConfig struct {
 
 var errHelp = errors.New("help requested")
 
-// defaultDrain covers seamless's debounce (200ms), haproxy -c and a reload.
-const defaultDrain = 2 * time.Second
+// defaultDrain outlasts seamless's propagation of a removal with its
+// defaults: SEAMLESS_WAIT's max (2 s), then haproxy -c and a reload, which
+// took up to a second on a loaded 2-core machine. Past it, the backend
+// still serves while requests come (a load balancer slower than that, or
+// a deregistration that had to be retried), up to defaultDrainMax: within
+// the 10 s that docker stop gives by default, with time to finish.
+const (
+	defaultDrain     = 5 * time.Second
+	defaultDrainIdle = time.Second
+	defaultDrainMax  = 8 * time.Second
+)
 
 // tagList is a repeatable flag whose values may also be comma lists.
 type tagList []string
@@ -86,7 +97,9 @@ func parseFlags(args []string, stderr io.Writer, interfaceAddrs func() ([]net.Ad
 	fs.DurationVar(&checkInterval, "check-interval", checkInterval, "interval of Consul's HTTP check on /healthz")
 	fs.DurationVar(&deregisterAfter, "deregister-after", deregisterAfter, "Consul removes the registration after its check was critical this long (a killed instance); Consul's minimum is 1m")
 	fs.DurationVar(&resync, "resync", resync, "how often to verify that the registration is still there (an agent restarted in -dev mode forgets it) and register again")
-	fs.DurationVar(&cfg.Drain, "drain", defaultDrain, "on SIGTERM, keep serving this long (after deregistering from Consul) so that the load balancer applies the change first (default 2s with Consul, 0 without)")
+	fs.DurationVar(&cfg.Drain, "drain", defaultDrain, "on SIGTERM, keep serving at least this long (after deregistering from Consul) so that the load balancer applies the change first (default 5s with Consul, 0 without: no drain)")
+	fs.DurationVar(&cfg.DrainIdle, "drain-idle", defaultDrainIdle, "after -drain, keep serving until no request (but /healthz) came for this long; 0: stop at -drain")
+	fs.DurationVar(&cfg.DrainMax, "drain-max", defaultDrainMax, "never drain longer than this after SIGTERM (default 8s, or -drain if longer; keep it below the container's stop timeout: docker stop's is 10s)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, errHelp
@@ -108,8 +121,16 @@ func parseFlags(args []string, stderr io.Writer, interfaceAddrs func() ([]net.Ad
 			}
 		}
 	}
-	if cfg.Drain < 0 {
-		return cfg, fmt.Errorf("-drain %s is negative", cfg.Drain)
+	if cfg.Drain < 0 || cfg.DrainIdle < 0 {
+		return cfg, fmt.Errorf("-drain %s and -drain-idle %s must not be negative", cfg.Drain, cfg.DrainIdle)
+	}
+	maxSet := false
+	fs.Visit(func(f *flag.Flag) { maxSet = maxSet || f.Name == "drain-max" })
+	if !maxSet {
+		cfg.DrainMax = max(cfg.DrainMax, cfg.Drain) // a longer -drain alone is what was asked for
+	}
+	if cfg.DrainMax < cfg.Drain {
+		return cfg, fmt.Errorf("-drain-max %s is shorter than -drain %s", cfg.DrainMax, cfg.Drain)
 	}
 	drainSet := false
 	fs.Visit(func(f *flag.Flag) { drainSet = drainSet || f.Name == "drain" })

@@ -65,6 +65,24 @@ func TestFlags(t *testing.T) {
 			},
 		},
 		{
+			name: "a drain idles 1s and is bounded at 8s by default, or at a longer -drain",
+			args: []string{"-listen", "127.0.0.1:9001", "-drain", "12s"},
+			check: func(t *testing.T, c config) {
+				if c.DrainIdle != time.Second || c.DrainMax != 12*time.Second {
+					t.Errorf("idle %s, max %s, want 1s and 12s", c.DrainIdle, c.DrainMax)
+				}
+			},
+		},
+		{
+			name: "the drain's idle time and bound are configurable",
+			args: []string{"-listen", "127.0.0.1:9001", "-drain", "2s", "-drain-idle", "0", "-drain-max", "30s"},
+			check: func(t *testing.T, c config) {
+				if c.Drain != 2*time.Second || c.DrainIdle != 0 || c.DrainMax != 30*time.Second {
+					t.Errorf("drain %s, idle %s, max %s", c.Drain, c.DrainIdle, c.DrainMax)
+				}
+			},
+		},
+		{
 			name: "a listen address without host (a container) answers with the host name",
 			args: []string{"-listen", ":8080"},
 			check: func(t *testing.T, c config) {
@@ -85,8 +103,8 @@ func TestFlags(t *testing.T) {
 				if r.API.Address != "consul:8500" || r.API.Scheme != "http" {
 					t.Errorf("agent %s://%s", r.API.Scheme, r.API.Address)
 				}
-				if r.CheckInterval != time.Second || r.DeregisterAfter != time.Minute || r.Resync != 10*time.Second || c.Drain != 2*time.Second {
-					t.Errorf("check %s, deregister after %s, resync %s, drain %s", r.CheckInterval, r.DeregisterAfter, r.Resync, c.Drain)
+				if r.CheckInterval != time.Second || r.DeregisterAfter != time.Minute || r.Resync != 10*time.Second || c.Drain != 5*time.Second || c.DrainMax != 8*time.Second {
+					t.Errorf("check %s, deregister after %s, resync %s, drain %s, drain max %s", r.CheckInterval, r.DeregisterAfter, r.Resync, c.Drain, c.DrainMax)
 				}
 			},
 		},
@@ -197,6 +215,8 @@ func TestFlagErrors(t *testing.T) {
 		{"nothing to advertise", []string{"-listen", ":8080", "-consul", "consul:8500"}, loopbackOnly, "give -advertise"},
 		{"an interface listing that fails", []string{"-listen", ":8080", "-consul", "consul:8500"}, func() ([]net.Addr, error) { return nil, errors.New("boom") }, "boom"},
 		{"a negative drain", []string{"-drain", "-1s"}, nil, "negative"},
+		{"a negative idle drain", []string{"-drain-idle", "-1s"}, nil, "negative"},
+		{"a drain bound below the drain", []string{"-drain", "5s", "-drain-max", "2s"}, nil, "-drain-max 2s is shorter than -drain 5s"},
 		{"a zero check interval", []string{"-listen", ":8080", "-consul", "consul:8500", "-check-interval", "0"}, containerAddrs, "must be positive"},
 		{"an empty service", []string{"-listen", ":8080", "-consul", "consul:8500", "-service", ""}, containerAddrs, "-service is empty"},
 		{"a bad listen address", []string{"-listen", "9001"}, nil, "-listen"},

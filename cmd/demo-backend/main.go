@@ -4,10 +4,11 @@
 //
 // With -consul ADDR (or -register, which takes CONSUL_HTTP_ADDR and Consul's
 // other variables) it registers itself in Consul with an HTTP check on its
-// /healthz, and on SIGTERM it deregisters first, keeps serving for -drain so
-// that the load balancer applies the change, and only then stops: a
-// scale-down drops no request. Without Consul, -drain alone keeps serving
-// after SIGTERM (for a load balancer that watches the container engine).
+// /healthz, and on SIGTERM it deregisters first, keeps serving for -drain
+// and then while requests still come (at most -drain-max) so that the load
+// balancer applies the change, and only then stops: a scale-down drops no
+// request. Without Consul, -drain alone keeps serving after SIGTERM (for a
+// load balancer that watches the container engine).
 package main
 
 import (
@@ -22,6 +23,7 @@ import (
 	"os/signal"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -55,7 +57,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("listen", "err", err)
 		return 1
 	}
-	srv := &http.Server{Handler: handler(cfg.Name), ReadHeaderTimeout: 5 * time.Second}
+	var seen lastRequest
+	srv := &http.Server{Handler: seen.wrap(handler(cfg.Name)), ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("listening", "addr", ln.Addr().String())
@@ -81,19 +84,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("serve", "err", err)
 		code = 1
 	}
+	term := time.Now()
+	bound := term.Add(cfg.DrainMax)
 	stopReg()
 	wg.Wait()
 	// Deregister before anything else, then keep serving while the load
 	// balancer takes this instance out of its configuration. An instance
 	// that never registered was never routed to.
 	drain := cfg.Drain
-	if reg != nil && !reg.deregister() {
+	if reg != nil && !reg.deregister(bound) {
 		drain = 0
 	}
 	if code == 0 && drain > 0 {
-		log.Info("draining: still serving while the load balancer applies the change", "drain", drain)
-		t := time.NewTimer(drain)
-		<-t.C
+		log.Info("draining: still serving while the load balancer applies the change",
+			"drain", drain, "idle", cfg.DrainIdle, "max", cfg.DrainMax)
+		why := drained(time.Now().Add(drain), bound, cfg.DrainIdle, seen.at)
+		log.Info("drained", "why", why, "after", time.Since(term).Round(time.Millisecond))
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
@@ -103,6 +109,56 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info("stopped")
 	return code
+}
+
+// drained returns once the drain may end: at bound, or once minEnd has
+// passed and no request came for idle (at once with idle 0). A fixed
+// drain guesses how long the load balancer takes; traffic that still
+// comes says it has not finished, whatever made it slow.
+func drained(minEnd, bound time.Time, idle time.Duration, last func() time.Time) string {
+	for {
+		now := time.Now()
+		if !now.Before(bound) {
+			return "the drain's bound (-drain-max)"
+		}
+		next := minEnd
+		if !now.Before(minEnd) {
+			quiet := last().Add(idle)
+			if idle == 0 || !now.Before(quiet) {
+				return "no request came for -drain-idle"
+			}
+			next = quiet
+		}
+		t := time.NewTimer(earliest(next, bound).Sub(now))
+		<-t.C
+	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// lastRequest is when the latest request other than a health check
+// arrived.
+type lastRequest struct{ nanos atomic.Int64 }
+
+func (l *lastRequest) at() time.Time {
+	if n := l.nanos.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+func (l *lastRequest) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" { // Consul's check, not traffic
+			l.nanos.Store(time.Now().UnixNano())
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func handler(name string) http.Handler {

@@ -124,24 +124,38 @@ func (r *registration) register(ctx context.Context) error {
 	return nil
 }
 
-// deregister removes the registration. It reports whether anyone may have
-// routed to this instance: a drain is then worth waiting for.
-func (r *registration) deregister() bool {
+// deregister removes the registration, retrying until it succeeds or
+// until deadline: an instance left registered stays routed to until its
+// check fails, after it stopped. It reports whether anyone may have routed
+// to this instance: a drain is then worth waiting for.
+func (r *registration) deregister(deadline time.Time) bool {
 	if !r.registered {
 		r.log.Info("never registered in consul; nothing to deregister")
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
-	defer cancel()
-	err := r.api.Agent().ServiceDeregisterOpts(r.cfg.ID, (&api.QueryOptions{}).WithContext(ctx))
-	if err != nil {
-		// The check fails once the server stops; Consul takes the instance
-		// out then.
-		r.log.Error("deregistering from consul failed", "err", err)
-		return true
+	backoff := 100 * time.Millisecond
+	for first := true; ; first = false {
+		end := time.Now().Add(requestTimeout)
+		if !first { // the first attempt has its time whatever the bound
+			end = earliest(end, deadline)
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), end)
+		err := r.api.Agent().ServiceDeregisterOpts(r.cfg.ID, (&api.QueryOptions{}).WithContext(ctx))
+		cancel()
+		if err == nil {
+			r.log.Info("deregistered from consul")
+			return true
+		}
+		if !time.Now().Add(backoff).Before(deadline) {
+			// The check fails once the server stops; Consul takes the
+			// instance out then.
+			r.log.Error("deregistering from consul failed; giving up at the drain's bound", "err", err)
+			return true
+		}
+		r.log.Warn("deregistering from consul failed; retrying", "err", err, "retry_in", backoff)
+		time.Sleep(backoff)
+		backoff = min(2*backoff, time.Second)
 	}
-	r.log.Info("deregistered from consul")
-	return true
 }
 
 func (r *registration) addr() string {

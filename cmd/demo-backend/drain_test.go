@@ -1,0 +1,118 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seamless-lb/seamless/internal/testenv"
+)
+
+// sigterm stops the backend as SIGTERM does and returns its exit code on
+// the channel, once it has drained.
+func sigterm(t *testing.T, log *syncBuffer, stop func() int) <-chan int {
+	t.Helper()
+	stopped := make(chan int, 1)
+	go func() { stopped <- stop() }()
+	testenv.Eventually(t, 10*time.Second, "draining", func() bool { return strings.Contains(log.String(), "draining") })
+	return stopped
+}
+
+// TestDrainLastsWhileRequestsCome: past -drain, a backend that still gets
+// requests keeps serving them (a load balancer slower than the drain) and
+// stops once they have stopped for -drain-idle.
+func TestDrainLastsWhileRequestsCome(t *testing.T) {
+	addr := testenv.Addr(testenv.FreePort(t))
+	log, stop := backend(t, "-listen", addr, "-name", "b1", "-drain", "300ms", "-drain-idle", "700ms", "-drain-max", "30s")
+	testenv.Eventually(t, 10*time.Second, "serving", func() bool {
+		code, _ := testenv.Get("http://" + addr + "/")
+		return code == 200
+	})
+	stopped := sigterm(t, log, stop)
+	// Ten times -drain, every request answered.
+	n, until := 0, time.Now().Add(3*time.Second)
+	for ; time.Now().Before(until) && n < 100_000; n++ {
+		if code, body := testenv.Get("http://" + addr + "/"); code != 200 || body != "hello from b1" {
+			t.Fatalf("request %d into the drain: %d %q", n, code, body)
+		}
+	}
+	select {
+	case code := <-stopped:
+		if code != 0 {
+			t.Errorf("exit code %d", code)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the backend did not stop once requests stopped")
+	}
+	if l := log.String(); !strings.Contains(l, "no request came for -drain-idle") {
+		t.Errorf("want the drain ended by the idle time; log:\n%s", l)
+	}
+	t.Logf("%d requests answered past the 300ms drain", n)
+}
+
+// TestDrainEndsAtItsBound: requests that never stop do not hold a backend
+// past -drain-max.
+func TestDrainEndsAtItsBound(t *testing.T) {
+	addr := testenv.Addr(testenv.FreePort(t))
+	log, stop := backend(t, "-listen", addr, "-name", "b1", "-drain", "200ms", "-drain-idle", "5s", "-drain-max", "1500ms")
+	testenv.Eventually(t, 10*time.Second, "serving", func() bool {
+		code, _ := testenv.Get("http://" + addr + "/")
+		return code == 200
+	})
+	stopped := sigterm(t, log, stop)
+	until := time.Now().Add(15 * time.Second)
+	for time.Now().Before(until) {
+		if code, _ := testenv.Get("http://" + addr + "/"); code != 200 {
+			break
+		}
+	}
+	select {
+	case code := <-stopped:
+		if code != 0 {
+			t.Errorf("exit code %d", code)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the backend kept serving past its bound while requests came")
+	}
+	if l := log.String(); !strings.Contains(l, "the drain's bound (-drain-max)") {
+		t.Errorf("want the drain ended by its bound; log:\n%s", l)
+	}
+}
+
+// TestDeregistrationIsRetried: an agent that fails the deregistration
+// (a 500 here, an overloaded agent in the field) is asked again: left
+// registered, the instance would be routed to until its check failed,
+// after it stopped.
+func TestDeregistrationIsRetried(t *testing.T) {
+	var deregs atomic.Int32
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodPut && r.URL.Path == "/v1/agent/service/register":
+			_, _ = io.Copy(io.Discard, r.Body)
+		case r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v1/agent/service/deregister/"):
+			if deregs.Add(1) < 3 {
+				http.Error(w, "rpc error: timed out", http.StatusInternalServerError)
+			}
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer agent.Close()
+	addr := testenv.Addr(testenv.FreePort(t))
+	log, stop := backend(t, "-listen", addr, "-consul", agent.URL, "-resync", "1h", "-drain", "100ms", "-drain-idle", "0")
+	testenv.Eventually(t, 10*time.Second, "registered", func() bool { return strings.Contains(log.String(), "registered in consul") })
+	if code := <-sigterm(t, log, stop); code != 0 {
+		t.Errorf("exit code %d", code)
+	}
+	if n := deregs.Load(); n != 3 {
+		t.Errorf("%d deregistrations, want 3 (two refused)", n)
+	}
+	l := log.String()
+	if !strings.Contains(l, "retrying") || !strings.Contains(l, "deregistered from consul") {
+		t.Errorf("want the deregistration retried until it succeeded; log:\n%s", l)
+	}
+}
