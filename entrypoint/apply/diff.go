@@ -34,8 +34,7 @@ func Change(before, after model.Catalog) string {
 // where it has none), in order of name. Catalogs sorted by name (merged
 // ones are) are walked side by side, without indexing either.
 func eachService(before, after []model.Instance, f func(name string, bs, as []model.Instance)) {
-	byName := func(a, b model.Instance) int { return strings.Compare(a.Name, b.Name) }
-	if !slices.IsSortedFunc(before, byName) || !slices.IsSortedFunc(after, byName) {
+	if !model.SortedByName(before) || !model.SortedByName(after) {
 		bg, ag := groupByService(before), groupByService(after)
 		names := slices.Sorted(maps.Keys(ag))
 		for n := range bg {

@@ -65,3 +65,12 @@ func TestChangeOfSortedCatalogsIndexesNeither(t *testing.T) {
 		t.Errorf("Change allocated %d KiB; want a few, for the changed services alone", n>>10)
 	}
 }
+
+// BenchmarkChangeOfOneService is the log line's summary of one change at
+// 1000 services × 10, as every apply makes it.
+func BenchmarkChangeOfOneService(b *testing.B) {
+	before, after := benchCatalog(1000, 10, false), benchCatalog(1000, 10, true)
+	for b.Loop() {
+		Change(*before, *after)
+	}
+}

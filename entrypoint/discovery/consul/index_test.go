@@ -78,17 +78,25 @@ func TestAnEmptyNodeListKeepsTheDatacenter(t *testing.T) {
 
 // An answer that repeats the same data at a newer index (a change the
 // catalog does not show, a fresh read after a cut) makes the catalog as
-// recent as that index.
+// recent as that index, without a copy of its instances: every change
+// answers the service list that way too, and the copy was half of a
+// change's garbage at 1000×10.
 func TestTheSameAnswerAtANewerIndexMovesTheCatalogsIndex(t *testing.T) {
+	release := make(chan struct{}) // the repeat waits until the first catalog was seen
 	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/health/service/s" {
 			stubCatalog(w, r)
 			return
 		}
 		switch r.URL.Query().Get("index") {
-		case "":
-			w.Header().Set("X-Consul-Index", "1")
-		case "1":
+		case "", "1": // the first read waits on 1
+			w.Header().Set("X-Consul-Index", "5")
+		case "5":
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
 			w.Header().Set("X-Consul-Index", "7") // the same instance
 		default:
 			<-r.Context().Done()
@@ -97,5 +105,13 @@ func TestTheSameAnswerAtANewerIndexMovesTheCatalogsIndex(t *testing.T) {
 		fmt.Fprint(w, healthOf("a"))
 	})
 	r := startSource(t, addr, Config{}, model.LocalCatalog)
-	r.waitFor("the catalog at index 7", func(s model.Snapshot) bool { return s.Local() != nil && s.Local().Index == 7 })
+	first := r.waitFor("the first catalog", func(s model.Snapshot) bool { return s.Local() != nil }).Local()
+	close(release)
+	moved := r.waitFor("the catalog at index 7", func(s model.Snapshot) bool { return s.Local() != nil && s.Local().Index == 7 }).Local()
+	if len(moved.Instances) != 1 || len(first.Instances) != 1 {
+		t.Fatalf("instances: %d at first, %d at index 7; want 1 and 1", len(first.Instances), len(moved.Instances))
+	}
+	if &moved.Instances[0] != &first.Instances[0] {
+		t.Errorf("the catalog at index 7 copied the instances of the one at index %d; an index that moved alone must not copy them", first.Index)
+	}
 }

@@ -110,6 +110,7 @@ type splitCatalog struct {
 	haveNodes       bool
 	complete        bool // every part answered once
 	dirty           bool // a part changed since the last assembly
+	moved           bool // only an index moved since: the last catalog, re-dated, will do
 	last            *model.Catalog
 	warnedACL       atomic.Bool
 	converted       atomic.Uint64 // health answers converted
@@ -236,7 +237,7 @@ func (c *splitCatalog) fetch(ctx context.Context) (*model.Catalog, error) {
 				// Below the seed's index it says nothing newer (the
 				// waits of the seeded queries run out together).
 				if floor := c.floor(); floor == 0 || ev.index > floor {
-					c.dirty = true
+					c.moved = true
 				}
 			}
 			if ev.changed {
@@ -254,8 +255,18 @@ func (c *splitCatalog) fetch(ctx context.Context) (*model.Catalog, error) {
 			c.complete = c.haveServices && c.haveNodes && c.pending == nil && len(c.parts) == len(c.health)
 		}
 		switch {
-		case c.complete && c.dirty:
-			c.last, c.dirty = c.assemble(), false
+		case c.complete && (c.dirty || c.moved && c.last == nil):
+			c.last, c.dirty, c.moved = c.assemble(), false, false
+			return c.last, nil
+		case c.complete && c.moved && c.last != nil:
+			// Every change answers the service list too, at its new
+			// index and with the same names: a copy of every instance
+			// (2.9 MB at 1000×10, half of a change's garbage) only to
+			// carry that index. A catalog is never written once made,
+			// so the new one shares the last one's lists.
+			cat := *c.last
+			cat.Index = c.index()
+			c.last, c.moved = &cat, false
 			return c.last, nil
 		case err != nil:
 			return nil, err
@@ -327,6 +338,16 @@ func (c *splitCatalog) apply(ev event) *overBudget {
 	return nil
 }
 
+// index is the catalog's: the highest of its parts' latest answers, and
+// not below the seed's.
+func (c *splitCatalog) index() uint64 {
+	i := c.floor()
+	for _, x := range c.indexes {
+		i = max(i, x)
+	}
+	return i
+}
+
 // assemble puts the cached parts together: they come sorted by service
 // name, and each part is sorted, so the result is in model.SortCatalog's
 // order without sorting.
@@ -335,10 +356,7 @@ func (c *splitCatalog) assemble() *model.Catalog {
 	if dc == "" {
 		dc = c.dcName
 	}
-	cat := &model.Catalog{Datacenter: dc, Nodes: nilIfNone(slices.Clone(c.nodeList)), Index: c.floor()}
-	for _, i := range c.indexes {
-		cat.Index = max(cat.Index, i)
-	}
+	cat := &model.Catalog{Datacenter: dc, Nodes: nilIfNone(slices.Clone(c.nodeList)), Index: c.index()}
 	n := 0
 	for _, p := range c.parts {
 		n += len(p)

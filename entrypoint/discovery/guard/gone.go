@@ -14,9 +14,12 @@ const smallGroup = 64
 // service by service and a change allocates for what it removed, not a
 // set of the whole catalog; an unsorted catalog gets the set.
 func gone(prev, cur []model.Instance, skip func(model.Instance) bool) []model.Instance {
+	if model.SameInstances(prev, cur) {
+		return nil // the same list, re-dated by its source
+	}
 	// Loops over indexes, not slices' generic helpers, which would copy
 	// two instances (hundreds of bytes) per comparison.
-	if !sortedByName(prev) || !sortedByName(cur) {
+	if !model.SortedByName(prev) || !model.SortedByName(cur) {
 		return goneFrom(prev, cur, skip)
 	}
 	var out []model.Instance
@@ -51,15 +54,6 @@ func gone(prev, cur []model.Instance, skip func(model.Instance) bool) []model.In
 		j = je
 	}
 	return out
-}
-
-func sortedByName(in []model.Instance) bool {
-	for i := 1; i < len(in); i++ {
-		if in[i].Name < in[i-1].Name {
-			return false
-		}
-	}
-	return true
 }
 
 // goneFrom is gone with a set of cur's instances.

@@ -71,3 +71,18 @@ func TestGoneSortedAndUnsortedAgree(t *testing.T) {
 		}
 	}
 }
+
+// A catalog its source only re-dated (the same instances at a newer
+// index) against the one before, at 1,000 services × 10:
+//
+//	go test -run - -bench GoneOfARedatedCatalog ./entrypoint/discovery/guard/
+func BenchmarkGoneOfARedatedCatalog(b *testing.B) {
+	prev := bigCatalog(1000, 10)
+	redated := *prev
+	redated.Index++
+	for b.Loop() {
+		if g := gone(prev.Instances, redated.Instances, nil); len(g) != 0 {
+			b.Fatalf("%d instances gone from a re-dated catalog", len(g))
+		}
+	}
+}
