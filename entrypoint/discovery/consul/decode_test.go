@@ -51,7 +51,7 @@ func consulHealth(name string, n int) []byte {
 
 // healthReader is a per-service catalog's reader of one service, against
 // a stub Consul that answers body to every health query.
-func healthReader(t *testing.T, body []byte, tag string) (*splitCatalog, *sub) {
+func healthReader(t testing.TB, body []byte, tag string) (*splitCatalog, *sub) {
 	t.Helper()
 	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Consul-Index", "42")
@@ -79,7 +79,7 @@ func TestAnIdleHealthAnswerIsNotDecoded(t *testing.T) {
 	res := testing.Benchmark(func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
-			if _, index, err := c.read(ctx, sb, 42); err != nil || index != 42 {
+			if _, index, err := c.read(ctx, sb, 42, 0); err != nil || index != 42 {
 				b.Fatalf("read: %d %v", index, err)
 			}
 		}
@@ -104,7 +104,7 @@ func TestHealthDecodedLeanEqualsTheAPIs(t *testing.T) {
 	for _, tag := range []string{"", "v1"} {
 		want := convertEntries(entriesFromAPI(viaAPI), "dc1", tag)
 		c, sb := healthReader(t, body, tag)
-		ev, _, err := c.read(context.Background(), sb, 41)
+		ev, _, err := c.read(context.Background(), sb, 41, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,20 +119,21 @@ func TestHealthDecodedLeanEqualsTheAPIs(t *testing.T) {
 	}
 }
 
-// A moved answer's cost, for the record (go test -v).
-func TestReadingAMovedHealthAnswer(t *testing.T) {
+// A moved answer's cost: read and converted, for a service of 10
+// instances (go test -run - -bench ReadingAMovedHealthAnswer -benchmem).
+func BenchmarkReadingAMovedHealthAnswer(b *testing.B) {
 	body := consulHealth("web", 10)
-	c, sb := healthReader(t, body, "")
+	c, sb := healthReader(b, body, "")
 	ctx := context.Background()
-	res := testing.Benchmark(func(b *testing.B) {
-		b.ReportAllocs()
-		for range b.N {
-			ev, _, err := c.read(ctx, sb, 41)
-			if err != nil {
-				b.Fatal(err)
-			}
-			convertEntries(ev.entries, "dc1", "")
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		ev, _, err := c.read(ctx, sb, 41, 0)
+		if err != nil {
+			b.Fatal(err)
 		}
-	})
-	t.Logf("a moved answer of %d bytes, read and converted: %d bytes in %d allocations", len(body), res.AllocedBytesPerOp(), res.AllocsPerOp())
+		if got := convertEntries(ev.entries, "dc1", ""); len(got) != 10 {
+			b.Fatalf("%d instances converted; want 10", len(got))
+		}
+	}
 }

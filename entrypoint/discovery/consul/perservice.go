@@ -99,6 +99,9 @@ type splitCatalog struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	events chan event
+	// directs bounds the reads from the servers (checkView) in flight: an
+	// outage ends for every service at once.
+	directs chan struct{}
 
 	services, nodes *sub
 	health          map[string]*sub
@@ -138,8 +141,11 @@ type splitCatalog struct {
 	restartCancel context.CancelFunc
 }
 
+// maxDirect is how many services are read from the servers at once.
+const maxDirect = 8
+
 func newSplitCatalog(ctx context.Context, s *Source, dc string, budget int, set *watchSet) *splitCatalog {
-	c := &splitCatalog{s: s, dc: dc, budget: budget, set: set, events: make(chan event, 64),
+	c := &splitCatalog{s: s, dc: dc, budget: budget, set: set, events: make(chan event, 64), directs: make(chan struct{}, maxDirect),
 		health: map[string]*sub{}, parts: map[string][]model.Instance{}, stale: map[*sub]string{},
 		indexes: map[*sub]uint64{}}
 	c.ctx, c.cancel = context.WithCancel(ctx)

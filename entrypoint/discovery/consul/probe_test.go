@@ -3,6 +3,8 @@ package consul
 import (
 	"fmt"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -324,4 +326,129 @@ func TestAReadAfterAFailedHealthQueryUsesTheAgentsView(t *testing.T) {
 		return n > 0 && len(instances(s, "web")) == 2
 	})
 	t.Logf("web-b seen %s after the stream failed", time.Since(died).Round(10*time.Millisecond))
+}
+
+// After a partition heals, the agent's streaming view of a service may
+// keep serving what it had before the cut while its subscription waits
+// out a backoff that grew during the cut (up to a minute in Consul 1.14;
+// seen in the chaos suite, where a removal reached one replica only when
+// the next fault reset the view). The source must check the view against
+// the servers after a failure, read the service from them while the view
+// lags, and follow the view again once it moves.
+func TestAViewThatLagsItsServersIsReadFromThem(t *testing.T) {
+	var (
+		broken, caught atomic.Bool
+		directs        atomic.Int32
+	)
+	brokeCh, caughtCh, blocking := make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
+	view := func(index int, nodes ...string) (int, string) {
+		var es []string
+		for _, n := range nodes {
+			es = append(es, fmt.Sprintf(`{"Node": {"Node": %q, "Datacenter": "dc9"}, "Service": {"ID": %q, "Service": "web"}, "Checks": []}`, n, "web-"+n))
+		}
+		return index, "[" + strings.Join(es, ",") + "]"
+	}
+	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		index := q.Get("index")
+		answer := func(i int, body string) {
+			w.Header().Set("X-Consul-Index", strconv.Itoa(i))
+			fmt.Fprint(w, body)
+		}
+		switch r.URL.Path {
+		case "/v1/status/leader":
+			fmt.Fprint(w, `"10.0.0.2:8300"`)
+		case "/v1/catalog/services", "/v1/catalog/nodes":
+			if index != "" {
+				<-r.Context().Done()
+				return
+			}
+			w.Header().Set("X-Consul-Index", "5")
+			if r.URL.Path == "/v1/catalog/nodes" {
+				fmt.Fprint(w, `[{"Node": "a", "Datacenter": "dc9"}]`)
+				return
+			}
+			fmt.Fprint(w, `{"web": []}`)
+		case "/v1/health/service/web":
+			switch {
+			case !broken.Load() && (index == "" || index == "1"):
+				answer(view(10, "a"))
+			case !broken.Load(): // blocking until the partition
+				select {
+				case blocking <- struct{}{}:
+				default:
+				}
+				select {
+				case <-brokeCh:
+					http.Error(w, "No known Consul servers", http.StatusInternalServerError)
+				case <-r.Context().Done():
+				}
+			case index == "": // the servers: a left during the cut, b came
+				if _, ok := q["stale"]; !ok {
+					http.Error(w, "a read from the servers must be stale: the leader may be gone", http.StatusBadRequest)
+					return
+				}
+				directs.Add(1)
+				answer(view(20, "b"))
+			case caught.Load():
+				answer(view(21, "b", "c")) // the view resubscribed, and c came since
+			case index != "10": // the lagging view answers at once with what it had
+				answer(view(10, "a"))
+			default: // waiting on the lagging view: its wait runs out, or it catches up
+				d, err := time.ParseDuration(q.Get("wait"))
+				if err != nil {
+					http.Error(w, "no wait: "+err.Error(), http.StatusBadRequest)
+					return
+				}
+				select {
+				case <-time.After(d):
+					answer(view(10, "a"))
+				case <-caughtCh:
+					answer(view(21, "b", "c"))
+				case <-r.Context().Done():
+				}
+			}
+		default:
+			http.NotFound(w, r)
+		}
+	})
+	r := startSource(t, addr, Config{}, model.LocalCatalog)
+	r.waitFor("web-a", func(s model.Snapshot) bool { return len(instances(s, "web")) == 1 })
+	select {
+	case <-blocking:
+	case <-time.After(wait):
+		t.Fatal("no blocking query on web")
+	}
+	broken.Store(true)
+	close(brokeCh)
+	cut := time.Now()
+	nodes := func() []string {
+		s, n := r.last()
+		if n == 0 {
+			return nil
+		}
+		var out []string
+		for _, in := range instances(s, "web") {
+			out = append(out, in.Node)
+		}
+		slices.Sort(out)
+		return out
+	}
+	// The first backoff (250 ms at most), the view's answer and a read
+	// from the servers, with room for a busy machine.
+	testenv.Eventually(t, 3*time.Second, "web as its servers have it (b), not as the lagging view does (a)", func() bool {
+		return slices.Equal(nodes(), []string{"b"})
+	})
+	t.Logf("the servers' answer passed on %s after the failure", time.Since(cut).Round(10*time.Millisecond))
+	// While the view lags, the servers are asked again at every poll,
+	// and the view's stale answers change nothing.
+	testenv.Eventually(t, 3*behindPoll, "the servers read again while the view lags", func() bool { return directs.Load() >= 2 })
+	if got := nodes(); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("while the view lags: %v, want [b]", got)
+	}
+	caught.Store(true)
+	close(caughtCh)
+	testenv.Eventually(t, 3*time.Second, "the view followed again once it moved (c)", func() bool {
+		return slices.Equal(nodes(), []string{"b", "c"})
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 
@@ -19,6 +20,11 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 		cur  cursor
 		prev any
 		have bool
+		// After a failure the agent's view of a service may lag its
+		// servers (verify); behind is the view's index while it does.
+		verify bool
+		behind uint64
+		view   [sha256.Size]byte // digest of the view's latest answer
 	)
 	if sb.seed > 0 { // wait for a change after the seed's read
 		cur.index, prev, have = sb.seed, sb.seedDigest, true
@@ -40,7 +46,11 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 		// on a broken connection until its deadline: the agent's return
 		// ends it.
 		stopR := context.AfterFunc(reconnection, cancel)
-		ev, index, err := c.read(rctx, sb, cur.wait())
+		wait := time.Duration(0) // the configured wait
+		if behind != 0 {
+			wait = behindPoll // a view that lags: ask its servers again soon
+		}
+		ev, index, err := c.read(rctx, sb, cur.wait(), wait)
 		stop()
 		stopR()
 		cancel()
@@ -49,10 +59,12 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 		}
 		if err != nil && (epoch.Err() != nil || reconnection.Err() != nil) {
 			cur.failed()
+			verify = sb.kind == partHealth
 			continue // cut short by a restart or the agent's return: read afresh at once
 		}
 		if err != nil {
 			cur.failed()
+			verify = sb.kind == partHealth
 			if !c.send(ctx, event{sub: sb, err: err}) || !c.s.probe.backoff(ctx, recovery, bo.Next()) {
 				return
 			}
@@ -95,16 +107,99 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 			}
 			ev.changed = !have || !reflect.DeepEqual(prev, now)
 			prev, have = now, true
+			if d, ok := now.([sha256.Size]byte); ok {
+				view = d
+			}
 		}
 		// Every answer goes to fetch: an unchanged one says the query is
 		// alive, and its index how recent the catalog is.
 		if !c.send(ctx, ev) {
 			return
 		}
+		if behind != 0 && index != behind {
+			behind = 0 // the view moved: it follows its servers again
+		}
+		if verify || behind != 0 {
+			verify = false
+			lagging, changed, ok := c.checkView(ctx, sb, index, view, prev)
+			if ok {
+				if changed != nil {
+					prev = digest(changed.instances)
+					if !c.send(ctx, *changed) {
+						return
+					}
+				}
+				behind = 0
+				if lagging {
+					behind = index
+				}
+			}
+		}
 		if !sleep(ctx, minInterval) {
 			return
 		}
 	}
+}
+
+// behindPoll is how often a service is read from the servers while the
+// agent's view of it lags them.
+const behindPoll = 5 * time.Second
+
+// directTimeout bounds a read from the servers: it must not hold a
+// service's query longer than the agent's view would.
+const directTimeout = 3 * time.Second
+
+// checkView compares the agent's view of service sb at index (digest
+// view) with its servers', after a failure or while the view lags. The
+// agent serves a blocking health query from a streaming view, and keeps
+// serving that view's last state while its subscription retries: after a
+// partition heals, with a backoff that grew during the cut (up to a
+// minute in Consul 1.14), it answers at once with what it had before the
+// cut. A read without an index goes to the servers instead. lagging says
+// the servers differ from the view; changed is the servers' answer when
+// it differs from what was passed on (last); ok is false when the servers
+// could not be read, and the view is left to serve.
+func (c *splitCatalog) checkView(ctx context.Context, sb *sub, index uint64, view [sha256.Size]byte, last any) (lagging bool, changed *event, ok bool) {
+	insts, err := c.direct(ctx, sb.name)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.s.log.Debug("reading a service from the servers failed; its view serves", "service", sb.name, "err", err)
+		}
+		return false, nil, false
+	}
+	d := digest(insts)
+	if d == view {
+		return false, nil, true
+	}
+	c.s.log.Debug("the agent's view of a service lags its servers; reading it from them until the view moves",
+		"service", sb.name, "view_index", index)
+	if last == any(d) {
+		return true, nil, true
+	}
+	return true, &event{sub: sb, index: index, instances: insts, changed: true}, true
+}
+
+// direct reads the health of service name from the servers: without an
+// index (the agent answers only blocking queries from its view), and
+// stale, so that any server answers from its own state rather than
+// forward to a leader that may be gone.
+func (c *splitCatalog) direct(ctx context.Context, name string) ([]model.Instance, error) {
+	select {
+	case c.directs <- struct{}{}:
+		defer func() { <-c.directs }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	ctx, cancel := context.WithTimeout(ctx, directTimeout)
+	defer cancel()
+	opts, cancelQ := c.s.queryOptions(ctx, c.dc, 0)
+	defer cancelQ()
+	opts.AllowStale = true
+	entries, _, err := c.readHealth(opts, name, 0)
+	if err != nil {
+		return nil, err
+	}
+	return convertEntries(entries, c.dc, c.s.cfg.TagFilter), nil
 }
 
 func (c *splitCatalog) send(ctx context.Context, ev event) bool {
@@ -126,8 +221,9 @@ func (c *splitCatalog) what(sb *sub) string {
 	return "/v1/health/service/" + sb.name
 }
 
-// read issues sb's query, waiting on index, and converts its answer.
-func (c *splitCatalog) read(ctx context.Context, sb *sub, index uint64) (event, uint64, error) {
+// read issues sb's query, waiting on index (for wait, or the configured
+// wait when 0), and converts its answer.
+func (c *splitCatalog) read(ctx context.Context, sb *sub, index uint64, wait time.Duration) (event, uint64, error) {
 	if sb.kind == partHealth && index == 0 {
 		// A fresh read of a service's health waits on index 1, which any
 		// answer passes at once: with an index the agent answers from its
@@ -140,6 +236,9 @@ func (c *splitCatalog) read(ctx context.Context, sb *sub, index uint64) (event, 
 	}
 	opts, cancel := c.s.queryOptions(ctx, c.dc, index)
 	defer cancel()
+	if wait > 0 && opts.WaitIndex > 0 {
+		opts.WaitTime = wait
+	}
 	ev := event{sub: sb}
 	var (
 		meta *api.QueryMeta

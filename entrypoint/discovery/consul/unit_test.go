@@ -195,7 +195,7 @@ func healthOf(node string) string {
 }
 
 // stub serves handler as a Consul, for the edges a real one will not show.
-func stub(t *testing.T, handler http.HandlerFunc) string {
+func stub(t testing.TB, handler http.HandlerFunc) string {
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close) // after the source has stopped: cleanups run last first
 	return strings.TrimPrefix(srv.URL, "http://")
