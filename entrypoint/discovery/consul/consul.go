@@ -81,9 +81,10 @@ type Config struct {
 	// take its first answer from one read of the node dump (seed.go); 0
 	// means defaultSeedAt, negative never. Tests set it.
 	seedAt int
-	// seeded, when set, is called once the seed's read returned and
-	// before the per-service queries start. Tests set it.
-	seeded func()
+	// seeded, when set, is called with the dump's index once the seed's
+	// read returned and before the per-service queries start. Tests set
+	// it.
+	seeded func(index uint64)
 	// retry, when set, is every retry's backoff (with jitter: half to
 	// all of it) instead of retryMin growing to retryMax. Tests set it.
 	retry time.Duration

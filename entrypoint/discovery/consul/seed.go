@@ -55,7 +55,7 @@ func (c *splitCatalog) seed(ctx context.Context) error {
 		return nil
 	}
 	if hook := c.s.cfg.seeded; hook != nil {
-		hook()
+		hook(index)
 	}
 	c.seedIndex, c.seedEpoch = index, c.restartCtx()
 	for _, name := range want {
