@@ -102,7 +102,7 @@ func (a *Applier) reloadWith(ctx context.Context, at attempt) {
 	var ce *haproxy.ConfigError
 	if errors.Is(o.Err, reload.ErrRefused) || errors.As(o.Err, &ce) && !transient(o.Err) {
 		// The same bytes would fail again: wait for different ones.
-		a.refused = at.sum
+		a.refused = at.digest()
 	} else {
 		// Not confirmed in time, or haproxy -c could not run: try the
 		// same rendering again later.
@@ -120,7 +120,7 @@ func (a *Applier) writeFailed(at attempt, err error) {
 		a.retryLater(at.why, at.change, at.start, err)
 		return
 	}
-	a.refused = at.sum
+	a.refused = at.digest()
 	a.record(metrics.Refused, at.why, at.change, at.start, err)
 	a.opts.Metrics.ConfigErrors.Inc()
 	a.log.Error("new configuration refused; the running one keeps serving",

@@ -96,9 +96,9 @@ func TestBenchMemory(t *testing.T) {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		t.Logf("%s: heap in use %.1f MiB (%.1f MiB over the catalog's registration; allocated %.1f MiB), stacks %.1f MiB, "+
-			"runtime total %.1f MiB, RSS %.1f MiB, peak %.1f MiB, goroutines %d",
+			"runtime total %.1f MiB, RSS %.1f MiB, peak %.1f MiB, goroutines %d, allocated in all %.1f MiB in %d collections",
 			when, mib(ms.HeapInuse), mib(ms.HeapInuse-base), mib(ms.HeapAlloc), mib(ms.StackInuse), mib(ms.Sys),
-			procKiB(t, "VmRSS")/1024, procKiB(t, "VmHWM")/1024, runtime.NumGoroutine())
+			procKiB(t, "VmRSS")/1024, procKiB(t, "VmHWM")/1024, runtime.NumGoroutine(), mib(ms.TotalAlloc), ms.NumGC)
 	}
 	report("steady")
 	for i := range 20 {

@@ -17,8 +17,12 @@ type attempt struct {
 	catalog model.Catalog     // the local catalog behind rend
 	indexes map[string]uint64 // by datacenter, the Consul index of each catalog behind rend
 	change  string            // what changed, per service, for the log and /status
-	sum     [32]byte          // of rend.Config, once planned past unchanged
 }
+
+// digest is the hash of at's configuration, by which a refusal is
+// remembered. Only a refusal, or a comparison with one, needs it:
+// hashing 1.5 MB at 1000 services × 10 took a millisecond per change.
+func (at *attempt) digest() [32]byte { return sha256.Sum256(at.rend.Config) }
 
 // step is how a rendering comes to run.
 type step int
@@ -36,9 +40,8 @@ func (a *Applier) plan(at *attempt) step {
 	if bytes.Equal(at.rend.Config, a.running) && !at.force {
 		return unchanged
 	}
-	at.sum = sha256.Sum256(at.rend.Config)
 	switch {
-	case at.sum == a.refused && !at.force:
+	case a.refused != ([32]byte{}) && !at.force && at.digest() == a.refused:
 		return refusedBefore
 	case a.runtimeApplies(at.rend, at.force):
 		return runtimeUpdate
