@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -92,6 +93,42 @@ func TestRuntimeUpdatesWithoutHealthChecks(t *testing.T) {
 	for _, l := range sent {
 		if regexp.MustCompile(`\bhealth\b`).MatchString(l) {
 			t.Errorf("a health command was sent to a server without check: %s", l)
+		}
+	}
+}
+
+// SEAMLESS_PASSIVE_CHECKS=true: three of five replicas refuse
+// connections while Consul lists them passing (a replica that crashed, or
+// stopped before its removal was applied, is that until Consul's check or
+// seamless catch up), and no request fails: the first connection each
+// refuses takes it out of rotation and the request goes to a live
+// replica. Without the option HAProxy's checks need three failures, 2 s
+// apart, and requests fail meanwhile.
+func TestPassiveChecksTakeRefusingReplicasOutAtOnce(t *testing.T) {
+	r := newDiscoveryRig(t)
+	r.extraEnv = []string{"SEAMLESS_PASSIVE_CHECKS=true"}
+	c := r.consul.Client()
+	for _, n := range []string{"web1", "web2"} {
+		r.ports[n] = namedBackend(t, n)
+	}
+	for i, p := range testenv.FreePorts(t, 3) { // nothing listens there
+		r.ports[fmt.Sprintf("dead%d", i)] = p
+	}
+	for n, p := range r.ports {
+		registerExternal(t, c, n, "web", p, api.HealthPassing, r.hostTag)
+	}
+	r.start(t)
+	r.eventuallyServedBy(t, "127.0.0.1", "web1", "web2")
+
+	loads := startLoadOn(t, r.http, 30*time.Second)
+	for _, l := range loads {
+		testenv.Eventually(t, 20*time.Second, "2,000 requests", func() bool { return l.Snapshot().Requests > 2000 })
+	}
+	for i, l := range loads {
+		res := l.Stop()
+		t.Logf("%s: %d requests, %d failed %v", []string{"new connection", "keep-alive"}[i], res.Requests, res.Failed, res.Errors)
+		if res.Failed != 0 {
+			t.Errorf("%d of %d requests failed: %v", res.Failed, res.Requests, res.Errors)
 		}
 	}
 }

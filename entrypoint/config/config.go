@@ -64,6 +64,7 @@ type Config struct {
 	ConsulDatacenter string        `envconfig:"CONSUL_DATACENTER" desc:"Source 'consul': the datacenter to read. Empty: the agent's own."`
 	ServerSlots      int           `envconfig:"SERVER_SLOTS" min:"0" max:"4096" default:"8" desc:"Built-in template: least number of server slots per backend. Instances joining, leaving, changing address, weight or health are applied over HAProxy's runtime API without a reload while they fit; a backend that outgrows its slots gets twice as many with one reload. 0: every change reloads."`
 	HealthChecks     bool          `envconfig:"HEALTH_CHECKS" default:"true" desc:"Built-in template: HAProxy health-checks every server (free slots too), beside the source's health. Each checked server costs HAProxy one file descriptor, all reserved at start: 10,000 backends of 16 slots need 160,000. false: no server is checked, health is the source's alone (Consul's checks, Docker's healthcheck), and servers cost no file descriptor."`
+	PassiveChecks    bool          `envconfig:"PASSIVE_CHECKS" default:"false" desc:"Built-in template: HAProxy's checks also watch real traffic: a server that refuses or drops a connection leaves rotation at once and the request is retried on another, until two checks pass again. Replicas that crash or stop before the catalog says so then cost no request; a backend with a single instance pays for it: while it restarts, requests get 503 instead of being retried on it. Needs SEAMLESS_HEALTH_CHECKS."`
 	DrainTimeout     time.Duration `envconfig:"DRAIN_TIMEOUT" min:"0" max:"1h" default:"10s" desc:"Built-in template: how long a removed instance keeps its in-flight requests (HAProxy drain state) before its slot is freed."`
 	DockerNetwork    string        `envconfig:"DOCKER_NETWORK" desc:"Source 'docker': the network whose container address is used. Empty: a container's only network (one on several networks is left out, with a log line). DOCKER_HOST and the other Docker client variables configure the connection; only read calls are made."`
 	DockerRescan     time.Duration `envconfig:"DOCKER_RESCAN" min:"1s" max:"24h" default:"30s" desc:"Source 'docker': period of a full re-list of the containers, in case an event was missed."`
@@ -198,6 +199,9 @@ func (c *Config) validate() error {
 		if _, _, err := net.SplitHostPort(c.DebugAddr); err != nil {
 			bad("DEBUG_ADDR", "%q is not host:port (%v)", c.DebugAddr, err)
 		}
+	}
+	if c.PassiveChecks && !c.HealthChecks {
+		bad("PASSIVE_CHECKS", "needs SEAMLESS_HEALTH_CHECKS=true: a server that its traffic took out of rotation comes back only when its checks pass")
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		bad("LOG_FORMAT", "%q is neither text nor json", c.LogFormat)

@@ -60,6 +60,21 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 	}
 }
 
+// Passive checks take a server out on its traffic; only its checks bring
+// it back.
+func TestPassiveChecksWithoutHealthChecksIsRefused(t *testing.T) {
+	t.Setenv("SEAMLESS_PASSIVE_CHECKS", "true")
+	t.Setenv("SEAMLESS_HEALTH_CHECKS", "false")
+	_, err := Load()
+	if err == nil || !strings.Contains(err.Error(), "SEAMLESS_PASSIVE_CHECKS") || !strings.Contains(err.Error(), "SEAMLESS_HEALTH_CHECKS=true") {
+		t.Fatalf("err = %v, want one naming both variables", err)
+	}
+	t.Setenv("SEAMLESS_HEALTH_CHECKS", "true")
+	if c, err := Load(); err != nil || !c.PassiveChecks {
+		t.Fatalf("with checks: %+v, %v", c.PassiveChecks, err)
+	}
+}
+
 func TestEmptyStatusAddrDisables(t *testing.T) {
 	t.Setenv("SEAMLESS_STATUS_ADDR", "")
 	c, err := Load()

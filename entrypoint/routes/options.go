@@ -67,6 +67,12 @@ type Options struct {
 	// and servers cost no file descriptor (fds.go). The zero value checks
 	// every server.
 	NoHealthChecks bool
+	// PassiveChecks lets the checks watch real traffic too
+	// (SEAMLESS_PASSIVE_CHECKS): a connection a server refuses or drops
+	// takes it out of rotation until its checks pass. Without checks
+	// nothing would bring it back, so it does nothing then (the config
+	// package refuses the pair).
+	PassiveChecks bool
 	// DrainTimeout is how long a removed instance's slot drains before it
 	// is freed (SEAMLESS_DRAIN_TIMEOUT).
 	DrainTimeout time.Duration

@@ -30,6 +30,7 @@ type Renderer struct {
 	policy    Policy
 	slots     int // minimum slots per backend; 0: named servers, no slots
 	checks    bool
+	passive   bool
 	drain     time.Duration
 	stateFile string
 	table     *SlotTable
@@ -77,6 +78,7 @@ func New(opts Options, log *slog.Logger) (*Renderer, error) {
 		policy:    Policy{Health: opts.Health, Reserved: reserved, Sources: opts.Sources},
 		slots:     opts.Slots,
 		checks:    !opts.NoHealthChecks,
+		passive:   opts.PassiveChecks,
 		drain:     opts.DrainTimeout,
 		stateFile: opts.StateFile,
 		table:     opts.Table,
@@ -182,7 +184,9 @@ type view struct {
 	// Checks puts HAProxy's health checks on every server, free slots
 	// too: a server declared without check cannot get one at runtime
 	// (`enable health` is refused). Each costs a file descriptor (fds.go).
-	Checks    bool
+	Checks bool
+	// Passive: the checks watch real traffic too (Options.PassiveChecks).
+	Passive   bool
 	HTTPBind  string
 	StatsBind string // "" without stats
 	Rules     []viewRule
@@ -290,7 +294,7 @@ func (c *checked) done() {
 // into slots planned from the committed table at now. Its Backends are
 // the renderer's, made again by the next view.
 func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
-	v := view{HTTPBind: r.http.String(), Checks: r.checks}
+	v := view{HTTPBind: r.http.String(), Checks: r.checks, Passive: r.passive}
 	defer r.checked.done()
 	firstErr := r.checked.check("bind", bindRe, v.HTTPBind)
 	keep := func(err error) {
