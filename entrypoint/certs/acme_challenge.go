@@ -96,29 +96,37 @@ func (c *Challenges) write() error {
 }
 
 // do sends cmd to the current worker: add map and del map answer nothing
-// on success. A master CLI that cannot be reached yet (HAProxy still
-// starting: the first hosts are ordered at once) is tried again for a
-// while; nothing was sent.
+// on success. HAProxy may still be starting (the first hosts are ordered
+// at once): a master CLI that cannot be reached yet, or that has no
+// worker yet to pass the command to, is tried again for a while; nothing
+// was applied.
 func (c *Challenges) do(ctx context.Context, cmd string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ans, err := c.cli.Do(ctx, "@1 "+cmd)
-	for dialFailed(err) {
+	what := strings.Join(strings.Fields(cmd)[:2], " ")
+	for {
+		ans, err := c.cli.Do(ctx, "@1 "+cmd)
+		a := strings.TrimSpace(ans)
+		switch {
+		case err == nil && a == "":
+			return nil
+		case err == nil:
+			err = fmt.Errorf("HAProxy answered %s", describe(firstLine(a)))
+		}
+		if !dialFailed(err) && !noWorkerYet(a) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s: %w", strings.Join(strings.Fields(cmd)[:2], " "), err)
+			return fmt.Errorf("%s: %w", what, err)
 		case <-time.After(100 * time.Millisecond):
 		}
-		ans, err = c.cli.Do(ctx, "@1 "+cmd)
 	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", strings.Join(strings.Fields(cmd)[:2], " "), err)
-	}
-	if a := strings.TrimSpace(ans); a != "" {
-		return fmt.Errorf("%s: HAProxy answered %s", strings.Join(strings.Fields(cmd)[:2], " "), describe(firstLine(a)))
-	}
-	return nil
 }
+
+// noWorkerYet reports whether the master CLI answered that it has no
+// worker for the '@1' prefix: it runs before its first worker does.
+func noWorkerYet(answer string) bool { return strings.Contains(answer, "Can't find the target PID") }
 
 // dialFailed reports whether err is a connection that never opened.
 func dialFailed(err error) bool {

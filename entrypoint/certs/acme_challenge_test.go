@@ -15,12 +15,28 @@ import (
 // that cannot be dialled yet is tried again, and the map file is written
 // either way.
 func TestChallengeWaitsForTheMasterCLI(t *testing.T) {
+	t.Run("not listening yet", func(t *testing.T) {
+		challengeWaitsFor(t, func() (string, error) {
+			return "", fmt.Errorf("master CLI /run/master.sock: %w",
+				&net.OpError{Op: "dial", Net: "unix", Err: errors.New("connect: no such file or directory")})
+		})
+	})
+	// The master answers before its first worker runs (seen on HAProxy
+	// 3.2 in CI: the order failed and was retried a minute later).
+	t.Run("no worker yet", func(t *testing.T) {
+		challengeWaitsFor(t, func() (string, error) {
+			return "Can't find the target PID matching the prefix '@1'\n", nil
+		})
+	})
+}
+
+// challengeWaitsFor: the first three commands get starting's answer.
+func challengeWaitsFor(t *testing.T, starting func() (string, error)) {
 	var cmds []string
 	cli := cliFunc(func(_ context.Context, cmd string) (string, error) {
 		cmds = append(cmds, cmd)
 		if len(cmds) <= 3 {
-			return "", fmt.Errorf("master CLI /run/master.sock: %w",
-				&net.OpError{Op: "dial", Net: "unix", Err: errors.New("connect: no such file or directory")})
+			return starting()
 		}
 		return "\n", nil
 	})
