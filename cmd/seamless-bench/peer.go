@@ -169,7 +169,7 @@ func parsePeerFlags(args []string, stderr io.Writer) (peerOptions, error) {
 	fs.DurationVar(&o.interval, "interval", 1500*time.Millisecond, "time between changes (a fixed schedule)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the sequence of changed instances")
 	fs.BoolVar(&o.together, "together", false, "run the tools at once on one Consul (default: each alone)")
-	fs.StringVar(&tools, "tools", "ct,template,builtin", "tools: ct (consul-template), template (seamless with it), builtin (seamless's built-in template)")
+	fs.StringVar(&tools, "tools", "ct,ctcheck,template,builtin", "tools: ct (consul-template), ctcheck (consul-template running haproxy -c as its command), template (seamless with it), builtin (seamless's built-in template)")
 	fs.Var(&o.env, "env", "a further SEAMLESS_* variable for seamless, `NAME=VALUE` (repeatable)")
 	fs.BoolVar(&o.direct, "direct", false, "seamless talks to the Consul agent directly, not through the counting proxy: "+
 		"its Consul traffic is not measured, and the proxy's two descriptors per held query are saved "+
@@ -196,7 +196,7 @@ func parsePeerFlags(args []string, stderr io.Writer) (peerOptions, error) {
 	for k := range strings.SplitSeq(tools, ",") {
 		i := slices.IndexFunc(peerTools, func(t peerTool) bool { return t.key == strings.TrimSpace(k) })
 		if i < 0 {
-			return o, fmt.Errorf("-tools: unknown tool %q (want ct, template or builtin)", k)
+			return o, fmt.Errorf("-tools: unknown tool %q (want ct, ctcheck, template or builtin)", k)
 		}
 		if !slices.Contains(o.tools, peerTools[i]) {
 			o.tools = append(o.tools, peerTools[i])
@@ -225,7 +225,7 @@ func parsePeerFlags(args []string, stderr io.Writer) (peerOptions, error) {
 			return o, err
 		}
 	}
-	if slices.Contains(o.tools, toolCT) {
+	if slices.ContainsFunc(o.tools, peerTool.consulTemplate) {
 		if o.consulTemplate == "" {
 			return o, errors.New("-consul-template PATH is required (make consul-template builds it)")
 		}

@@ -43,7 +43,7 @@ func printPeerTable(w io.Writer, o peerOptions, results []peerResult) {
 		all, answers := r.traffic.total(), r.traffic.answers()
 		kib := fmt.Sprintf("%.1f · %.1f", float64(all.Body)/1024/n, float64(answers.Body)/1024/n)
 		req := fmt.Sprintf("%.1f · %.1f", float64(all.Requests)/n, float64(answers.Requests)/n)
-		if o.direct && r.tool != toolCT {
+		if o.direct && !r.tool.consulTemplate() {
 			kib, req = "not counted (-direct)", "not counted (-direct)"
 		}
 		cpu := fmtMsN(r.cpu / time.Duration(r.asked))

@@ -24,11 +24,19 @@ type peerTool struct {
 }
 
 var (
-	toolCT       = peerTool{"ct", "consul-template"}
+	toolCT = peerTool{"ct", "consul-template"}
+	// toolCTCheck is consul-template with the check the classic recipe
+	// runs before its reload (`haproxy -c`) as its command: the same
+	// validation as seamless's template path, whose CPU the tool's counts
+	// (a command is a child it waits for). The reload itself is left out.
+	toolCTCheck  = peerTool{"ctcheck", "consul-template + haproxy -c"}
 	toolTemplate = peerTool{"template", "seamless, template"}
 	toolBuiltin  = peerTool{"builtin", "seamless, built-in"}
-	peerTools    = []peerTool{toolCT, toolTemplate, toolBuiltin}
+	peerTools    = []peerTool{toolCT, toolCTCheck, toolTemplate, toolBuiltin}
 )
+
+// consulTemplate: the tool is consul-template, with a command or without.
+func (p peerTool) consulTemplate() bool { return p == toolCT || p == toolCTCheck }
 
 // peerTemplate is the classic consul-template HAProxy template (the shape
 // of entrypoint/template/testdata/classic.tmpl: a KV knob, a backend per
@@ -196,7 +204,7 @@ func startTool(ctx context.Context, s toolSetup, tool peerTool, dir string) (*to
 		return nil, err
 	}
 	switch tool {
-	case toolCT:
+	case toolCT, toolCTCheck:
 		out := filepath.Join(dir, "out", "haproxy.cfg")
 		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 			proxy.stop()
@@ -211,8 +219,13 @@ func startTool(ctx context.Context, s toolSetup, tool peerTool, dir string) (*to
 		defer logf.Close() // the child has its own
 		env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "PEER_HTTP_BIND=" + addrs[0]}
 		// Its defaults otherwise: the tool users would keep.
+		spec := tmpl + ":" + out
+		if tool == toolCTCheck {
+			// A failing command stops consul-template, and the row with it.
+			spec += ":" + s.o.haproxy + " -c -q -f " + out
+		}
 		t.ct, err = startProc("consul-template", logf, env, s.o.consulTemplate,
-			"-consul-addr="+proxy.addr, "-template="+tmpl+":"+out, "-wait=0s", "-log-level=warn")
+			"-consul-addr="+proxy.addr, "-template="+spec, "-wait=0s", "-log-level=warn")
 		if err != nil {
 			proxy.stop()
 			return nil, err
