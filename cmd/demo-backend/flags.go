@@ -124,29 +124,22 @@ func parseFlags(args []string, stderr io.Writer, interfaceAddrs func() ([]net.Ad
 	if cfg.Drain < 0 || cfg.DrainIdle < 0 {
 		return cfg, fmt.Errorf("-drain %s and -drain-idle %s must not be negative", cfg.Drain, cfg.DrainIdle)
 	}
-	maxSet := false
-	fs.Visit(func(f *flag.Flag) { maxSet = maxSet || f.Name == "drain-max" })
-	if !maxSet {
+	set := map[string]bool{} // the flags given on the command line
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["drain-max"] {
 		cfg.DrainMax = max(cfg.DrainMax, cfg.Drain) // a longer -drain alone is what was asked for
 	}
 	if cfg.DrainMax < cfg.Drain {
 		return cfg, fmt.Errorf("-drain-max %s is shorter than -drain %s", cfg.DrainMax, cfg.Drain)
 	}
-	drainSet := false
-	fs.Visit(func(f *flag.Flag) { drainSet = drainSet || f.Name == "drain" })
 	if consulAddr == "" && !register {
-		if !drainSet {
+		if !set["drain"] {
 			cfg.Drain = 0
 		}
-		set := ""
-		fs.Visit(func(f *flag.Flag) {
-			switch f.Name {
-			case "service", "tags", "id", "advertise", "check-interval", "deregister-after", "resync":
-				set = f.Name
+		for _, name := range []string{"service", "tags", "id", "advertise", "check-interval", "deregister-after", "resync"} {
+			if set[name] {
+				return cfg, fmt.Errorf("-%s needs -consul ADDR or -register", name)
 			}
-		})
-		if set != "" {
-			return cfg, fmt.Errorf("-%s needs -consul ADDR or -register", set)
 		}
 		return cfg, nil
 	}
