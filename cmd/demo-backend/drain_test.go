@@ -22,16 +22,24 @@ func sigterm(t *testing.T, log *syncBuffer, stop func() int) <-chan int {
 	return stopped
 }
 
-// TestDrainLastsWhileRequestsCome: past -drain, a backend that still gets
-// requests keeps serving them (a load balancer slower than the drain) and
-// stops once they have stopped for -drain-idle.
-func TestDrainLastsWhileRequestsCome(t *testing.T) {
-	addr := testenv.Addr(testenv.FreePort(t))
-	log, stop := backend(t, "-listen", addr, "-name", "b1", "-drain", "300ms", "-drain-idle", "700ms", "-drain-max", "30s")
+// servingBackend starts backend b1 with the drain flags, on a port of
+// its own, once it answers.
+func servingBackend(t *testing.T, drainFlags ...string) (addr string, log *syncBuffer, stop func() int) {
+	t.Helper()
+	addr = testenv.Addr(testenv.FreePort(t))
+	log, stop = backend(t, append([]string{"-listen", addr, "-name", "b1"}, drainFlags...)...)
 	testenv.Eventually(t, 10*time.Second, "serving", func() bool {
 		code, _ := testenv.Get("http://" + addr + "/")
 		return code == 200
 	})
+	return addr, log, stop
+}
+
+// TestDrainLastsWhileRequestsCome: past -drain, a backend that still gets
+// requests keeps serving them (a load balancer slower than the drain) and
+// stops once they have stopped for -drain-idle.
+func TestDrainLastsWhileRequestsCome(t *testing.T) {
+	addr, log, stop := servingBackend(t, "-drain", "300ms", "-drain-idle", "700ms", "-drain-max", "30s")
 	stopped := sigterm(t, log, stop)
 	// Ten times -drain, every request answered.
 	n, until := 0, time.Now().Add(3*time.Second)
@@ -57,12 +65,7 @@ func TestDrainLastsWhileRequestsCome(t *testing.T) {
 // TestDrainEndsAtItsBound: requests that never stop do not hold a backend
 // past -drain-max.
 func TestDrainEndsAtItsBound(t *testing.T) {
-	addr := testenv.Addr(testenv.FreePort(t))
-	log, stop := backend(t, "-listen", addr, "-name", "b1", "-drain", "200ms", "-drain-idle", "5s", "-drain-max", "1500ms")
-	testenv.Eventually(t, 10*time.Second, "serving", func() bool {
-		code, _ := testenv.Get("http://" + addr + "/")
-		return code == 200
-	})
+	addr, log, stop := servingBackend(t, "-drain", "200ms", "-drain-idle", "5s", "-drain-max", "1500ms")
 	stopped := sigterm(t, log, stop)
 	until := time.Now().Add(15 * time.Second)
 	for time.Now().Before(until) {

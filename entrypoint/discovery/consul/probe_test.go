@@ -258,29 +258,13 @@ func TestTheAgentsReturnEndsAFreshReadThatHangs(t *testing.T) {
 func TestAReadAfterAFailedHealthQueryUsesTheAgentsView(t *testing.T) {
 	var broken atomic.Bool
 	brokeCh, blocking := make(chan struct{}), make(chan struct{}, 1)
-	view := func(nodes ...string) string {
-		var es []string
-		for _, n := range nodes {
-			es = append(es, fmt.Sprintf(`{"Node": {"Node": %q, "Datacenter": "dc9"}, "Service": {"ID": %q, "Service": "web"}, "Checks": []}`, n, "web-"+n))
-		}
-		return "[" + strings.Join(es, ",") + "]"
-	}
+	view := webHealth
 	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		if webCatalog(w, r) { // the election is over
+			return
+		}
 		index := r.URL.Query().Get("index")
 		switch r.URL.Path {
-		case "/v1/status/leader":
-			fmt.Fprint(w, `"10.0.0.2:8300"`) // the election is over
-		case "/v1/catalog/services", "/v1/catalog/nodes":
-			if index != "" {
-				<-r.Context().Done()
-				return
-			}
-			w.Header().Set("X-Consul-Index", "5")
-			if r.URL.Path == "/v1/catalog/nodes" {
-				fmt.Fprint(w, `[{"Node": "a", "Datacenter": "dc9"}]`)
-				return
-			}
-			fmt.Fprint(w, `{"web": []}`)
 		case "/v1/health/service/web":
 			switch {
 			case !broken.Load() && (index == "" || index == "1"):
@@ -341,14 +325,11 @@ func TestAViewThatLagsItsServersIsReadFromThem(t *testing.T) {
 		directs        atomic.Int32
 	)
 	brokeCh, caughtCh, blocking := make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
-	view := func(index int, nodes ...string) (int, string) {
-		var es []string
-		for _, n := range nodes {
-			es = append(es, fmt.Sprintf(`{"Node": {"Node": %q, "Datacenter": "dc9"}, "Service": {"ID": %q, "Service": "web"}, "Checks": []}`, n, "web-"+n))
-		}
-		return index, "[" + strings.Join(es, ",") + "]"
-	}
+	view := func(index int, nodes ...string) (int, string) { return index, webHealth(nodes...) }
 	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		if webCatalog(w, r) {
+			return
+		}
 		q := r.URL.Query()
 		index := q.Get("index")
 		answer := func(i int, body string) {
@@ -356,19 +337,6 @@ func TestAViewThatLagsItsServersIsReadFromThem(t *testing.T) {
 			fmt.Fprint(w, body)
 		}
 		switch r.URL.Path {
-		case "/v1/status/leader":
-			fmt.Fprint(w, `"10.0.0.2:8300"`)
-		case "/v1/catalog/services", "/v1/catalog/nodes":
-			if index != "" {
-				<-r.Context().Done()
-				return
-			}
-			w.Header().Set("X-Consul-Index", "5")
-			if r.URL.Path == "/v1/catalog/nodes" {
-				fmt.Fprint(w, `[{"Node": "a", "Datacenter": "dc9"}]`)
-				return
-			}
-			fmt.Fprint(w, `{"web": []}`)
 		case "/v1/health/service/web":
 			switch {
 			case !broken.Load() && (index == "" || index == "1"):
@@ -451,4 +419,39 @@ func TestAViewThatLagsItsServersIsReadFromThem(t *testing.T) {
 	testenv.Eventually(t, 3*time.Second, "the view followed again once it moved (c)", func() bool {
 		return slices.Equal(nodes(), []string{"b", "c"})
 	})
+}
+
+// webHealth is Consul's health answer for service web with an instance
+// web-N on each node N (datacenter dc9).
+func webHealth(nodes ...string) string {
+	var es []string
+	for _, n := range nodes {
+		es = append(es, fmt.Sprintf(`{"Node": {"Node": %q, "Datacenter": "dc9"}, "Service": {"ID": %q, "Service": "web"}, "Checks": []}`, n, "web-"+n))
+	}
+	return "[" + strings.Join(es, ",") + "]"
+}
+
+// webCatalog answers as an agent whose cluster has a leader and a catalog
+// of one service, web, on node a, whose lists never change (their
+// blocking queries wait until cancelled). It reports whether it answered:
+// other paths are the caller's.
+func webCatalog(w http.ResponseWriter, r *http.Request) bool {
+	switch r.URL.Path {
+	case "/v1/status/leader":
+		fmt.Fprint(w, `"10.0.0.2:8300"`)
+	case "/v1/catalog/services", "/v1/catalog/nodes":
+		if r.URL.Query().Get("index") != "" {
+			<-r.Context().Done()
+			return true
+		}
+		w.Header().Set("X-Consul-Index", "5")
+		if r.URL.Path == "/v1/catalog/nodes" {
+			fmt.Fprint(w, `[{"Node": "a", "Datacenter": "dc9"}]`)
+			return true
+		}
+		fmt.Fprint(w, `{"web": []}`)
+	default:
+		return false
+	}
+	return true
 }
