@@ -1,9 +1,11 @@
 package apply
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -100,7 +102,28 @@ type rig struct {
 	mu       sync.Mutex
 	reloads  []string
 	reloadOK bool
+	checks   int          // configurations validated
+	logs     bytes.Buffer // the applier's log, at debug level
 	cancel   context.CancelFunc
+}
+
+func (r *rig) checkCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.checks
+}
+
+func (r *rig) logged(s string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Contains(r.logs.String(), s)
+}
+
+// Write takes the applier's log lines.
+func (r *rig) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.logs.Write(p)
 }
 
 func (r *rig) reloadCount() int {
@@ -118,7 +141,11 @@ func newRig(t *testing.T, dir string, renderer model.Renderer, sources ...model.
 		Path:         r.path,
 		StateDir:     dir,
 		StartTimeout: 300 * time.Millisecond,
+		Log:          slog.New(slog.NewTextHandler(r, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Validate: func(_ context.Context, path string) error {
+			r.mu.Lock()
+			r.checks++
+			r.mu.Unlock()
 			b, err := os.ReadFile(path)
 			if err != nil {
 				return err
@@ -232,6 +259,33 @@ func TestRefusedConfigLeavesTheRunningFileAndTheNextGoodOneApplies(t *testing.T)
 	testenv.Eventually(t, 5*time.Second, "the next good one applies", func() bool { return r.reloadCount() == 1 })
 	if got := r.file(t); got != "server web 10.0.0.3\n" {
 		t.Errorf("file %q", got)
+	}
+}
+
+// A change that renders the configuration HAProxy refused last (here a
+// meta value the template does not use) is not checked again: the same
+// bytes would fail the same way.
+func TestARefusedRenderingIsNotCheckedAgain(t *testing.T) {
+	src := newSource("consul")
+	r := newRig(t, t.TempDir(), lines{}, src)
+	src.send("web=10.0.0.1")
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	r.run(t)
+	src.send("web=bad")
+	testenv.Eventually(t, 5*time.Second, "the refusal is counted", func() bool {
+		return testutil.ToFloat64(r.m.ConfigErrors) == 1
+	})
+	checks := r.checkCount()
+	src.ch <- model.Snapshot{Source: "consul", Results: map[model.Query]model.Result{model.LocalCatalog: {Catalog: &model.Catalog{Instances: []model.Instance{
+		{Source: "consul", Name: "web", ID: "bad", Address: "bad", Port: 80, Status: model.StatusPassing, Meta: map[string]string{"v": "2"}},
+	}}}}}
+	testenv.Eventually(t, 5*time.Second, "the same rendering found refused before", func() bool {
+		return r.logged("configuration already refused")
+	})
+	if n := r.checkCount(); n != checks || testutil.ToFloat64(r.m.ConfigErrors) != 1 {
+		t.Errorf("the refused rendering was checked again: %d checks after %d, %v refusals", n, checks, testutil.ToFloat64(r.m.ConfigErrors))
 	}
 }
 
