@@ -100,7 +100,12 @@ type Source struct {
 	cfg    Config
 	log    *slog.Logger
 	client *api.Client
-	addr0  string // scheme://host:port of the one agent, for messages
+	// request is what the client adds to a request, and conns its
+	// transport for plain HTTP (nil otherwise): held health queries
+	// (held.go) are written without the client.
+	request *agentRequest
+	conns   *connTransport
+	addr0   string // scheme://host:port of the one agent, for messages
 	// agents moves requests between several agents; nil with one.
 	agents *failoverTransport
 	// probe asks the agent for its leader, and wakes backed-off queries
@@ -252,7 +257,8 @@ func New(cfg Config, log *slog.Logger) (*Source, error) {
 		if len(hosts) > 1 {
 			t.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
 		}
-		next = newConnTransport(t, cfg.Watches+16)
+		s.conns = newConnTransport(t, cfg.Watches+16)
+		next = s.conns
 	}
 	if len(hosts) > 1 {
 		s.agents = &failoverTransport{next: next, scheme: ac.Scheme, hosts: hosts, probe: cfg.probe, log: log}
@@ -269,6 +275,7 @@ func New(cfg Config, log *slog.Logger) (*Source, error) {
 	s.probe = newAgentProbe(s.askLeader(probeClient), log)
 	next = &freshnessTransport{next: next, bound: cfg.MaxStale}
 	ac.HttpClient.Transport = &countingTransport{next: next, started: &s.started, finished: &s.finished, received: &s.received}
+	s.request = newAgentRequest(&ac)
 	return s, nil
 }
 

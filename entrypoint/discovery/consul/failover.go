@@ -78,28 +78,40 @@ func (f *failoverTransport) current() string {
 }
 
 func (f *failoverTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	var resp *http.Response
+	err := f.each(r.Context(), r.Body != nil && r.GetBody == nil, func(i int) (err error, reached bool) {
+		resp, err, reached = f.try(r, i)
+		return err, reached
+	})
+	return resp, err
+}
+
+// each calls try with the current agent, then with the next ones in turn
+// while try says it could not reach one, and makes the first that it
+// reached the current one. once: the request cannot be sent twice.
+func (f *failoverTransport) each(ctx context.Context, once bool, try func(i int) (err error, reached bool)) error {
 	start := int(f.cur.Load())
 	var errs []error
 	for k := range f.hosts {
 		i := (start + k) % len(f.hosts)
-		resp, err, reached := f.try(r, i)
-		if err == nil || reached || r.Context().Err() == context.Canceled {
+		err, reached := try(i)
+		if err == nil || reached || ctx.Err() == context.Canceled {
 			if err == nil && i != start {
 				f.moveTo(start, i, errors.Join(errs...))
 			}
-			return resp, err
+			return err
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", f.hosts[i], err))
-		if r.Context().Err() != nil || (r.Body != nil && r.GetBody == nil) {
+		if ctx.Err() != nil || once {
 			// Out of time (the next request goes to the next agent), or
 			// a body that cannot be sent twice.
 			if next := (i + 1) % len(f.hosts); next != i {
 				f.moveTo(start, next, err)
 			}
-			return nil, err
+			return err
 		}
 	}
-	return nil, fmt.Errorf("no Consul agent answers (%s, tried in order): %w", strings.Join(f.hosts, ", "), errors.Join(errs...))
+	return fmt.Errorf("no Consul agent answers (%s, tried in order): %w", strings.Join(f.hosts, ", "), errors.Join(errs...))
 }
 
 // try sends r to agent i; reached says an agent took the connection, so

@@ -104,39 +104,40 @@ func (e *errNothingRead) Error() string { return e.err.Error() }
 func (e *errNothingRead) Unwrap() error { return e.err }
 
 func (t *connTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Scheme != "http" || (t.proxied != nil && t.proxied(req)) {
+	if !t.serves(req) {
 		return t.fallback.RoundTrip(req)
 	}
-	ctx := req.Context()
-	key := hostPort(req)
 	for attempt := 0; ; attempt++ {
-		c, reused, err := t.get(ctx, key, req)
-		if err != nil {
+		p, err := t.send(req, time.Time{})
+		if err == nil {
+			p.wait()
+			var resp *http.Response
+			if resp, err = p.answer(); err == nil {
+				return resp, nil
+			}
+		}
+		// As net/http: a connection the agent closed while it was idle
+		// fails the next request on it; send that request again once.
+		if attempt > 0 || p == nil || !p.replayable(err) {
 			closeBody(req)
 			return nil, err
 		}
-		resp, err := t.exchange(ctx, key, c, req)
-		if err == nil {
-			return resp, nil
-		}
-		var nothing *errNothingRead
-		// As net/http: a connection the agent closed while it was idle
-		// fails the next request on it; send that request again once.
-		if reused && attempt == 0 && errors.As(err, &nothing) && ctx.Err() == nil && replayable(req) {
-			if req.GetBody != nil {
-				body, err := req.GetBody()
-				if err != nil {
-					return nil, err
-				}
-				again := *req // not the caller's: it may not be changed
-				again.Body = body
-				req = &again
+		if req.GetBody != nil {
+			body, err := req.GetBody()
+			if err != nil {
+				return nil, err
 			}
-			continue
+			again := *req // not the caller's: it may not be changed
+			again.Body = body
+			req = &again
 		}
-		closeBody(req)
-		return nil, err
 	}
+}
+
+// serves reports whether req is connTransport's own (plain HTTP, no
+// proxy), not its fallback's.
+func (t *connTransport) serves(req *http.Request) bool {
+	return req.URL.Scheme == "http" && (t.proxied == nil || !t.proxied(req))
 }
 
 // replayable: an idempotent request whose body (if any) can be sent again.
@@ -199,6 +200,7 @@ func (t *connTransport) put(key string, c *heldConn) {
 		c.Close()
 		return
 	}
+	_ = c.SetDeadline(time.Time{}) // a held query's
 	t.idle[key] = append(t.idle[key], idleConn{c, time.Now()})
 }
 
@@ -226,58 +228,113 @@ func (t *connTransport) dialConn(ctx context.Context, req *http.Request) (*heldC
 	return &heldConn{Conn: conn}, nil
 }
 
-// exchange sends req on c and reads the answer's head. The body returned
-// gives c back to the pool once read to its end and closed; a cancelled
-// context closes c, whether it waits for the head or the body.
-func (t *connTransport) exchange(ctx context.Context, key string, c *heldConn, req *http.Request) (*http.Response, error) {
-	stop := context.AfterFunc(ctx, func() { c.Close() })
-	fail := func(err error) error {
-		stop()
-		c.Close()
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return err
+// pending is a request written to the agent whose answer has not begun:
+// whoever holds it waits for the answer's first byte (wait) on any
+// goroutine, then reads it (answer). A cancelled context closes the
+// connection, whether it waits for the head or the body.
+type pending struct {
+	t      *connTransport
+	key    string
+	c      *heldConn
+	req    *http.Request
+	ctx    context.Context
+	stop   func() bool
+	gz     bool // the request asked for gzip; the caller did not
+	reused bool
+	err    error // waiting's
+}
+
+// send writes req on an idle connection or a new one, which fails once
+// deadline (if not zero) passes. Only a failure to connect comes without
+// a pending: a failed write comes with one that answers it, so that the
+// caller can tell whether to send again.
+func (t *connTransport) send(req *http.Request, deadline time.Time) (*pending, error) {
+	ctx := req.Context()
+	key := hostPort(req)
+	c, reused, err := t.get(ctx, key, req)
+	if err != nil {
+		return nil, err
 	}
+	if !deadline.IsZero() {
+		_ = c.SetDeadline(deadline) // a closed connection fails the write
+	}
+	p := &pending{t: t, key: key, c: c, req: req, ctx: ctx, reused: reused,
+		stop: context.AfterFunc(ctx, func() { c.Close() })}
 	// The copy asking for gzip lives only while it is written: a held
 	// query keeps no second request and header.
 	out, gz := withGzip(req)
+	p.gz = gz
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(c)
-	err := out.Write(bw)
+	err = out.Write(bw)
 	if err == nil {
 		err = bw.Flush()
 	}
 	bw.Reset(nil)
 	writers.Put(bw)
 	if err != nil {
-		return nil, fail(&errNothingRead{fmt.Errorf("sending the request: %w", err)})
+		p.err = &errNothingRead{fmt.Errorf("sending the request: %w", err)}
 	}
-	if err := c.waitFirst(); err != nil {
-		return nil, fail(&errNothingRead{fmt.Errorf("waiting for the answer: %w", err)})
+	return p, nil
+}
+
+// wait blocks until the answer's first byte arrives, the connection
+// fails or the context ends. Its frames are few: a goroutine that does
+// nothing else keeps the smallest stack while a query is held.
+func (p *pending) wait() {
+	if p.err != nil {
+		return
+	}
+	if err := p.c.waitFirst(); err != nil {
+		p.err = &errNothingRead{fmt.Errorf("waiting for the answer: %w", err)}
+	}
+}
+
+// answer reads the answer's head, once wait returned. The body returned
+// gives the connection back to the pool once read to its end and closed.
+func (p *pending) answer() (*http.Response, error) {
+	if p.err != nil {
+		return nil, p.fail(p.err)
 	}
 	br := readers.Get().(*bufio.Reader)
-	br.Reset(c)
-	resp, err := http.ReadResponse(br, req)
+	br.Reset(p.c)
+	resp, err := http.ReadResponse(br, p.req)
 	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
-		resp, err = http.ReadResponse(br, req) // an informational answer precedes the answer
+		resp, err = http.ReadResponse(br, p.req) // an informational answer precedes the answer
 	}
 	if err != nil {
 		br.Reset(nil)
 		readers.Put(br)
-		return nil, fail(fmt.Errorf("reading the answer: %w", err))
+		return nil, p.fail(fmt.Errorf("reading the answer: %w", err))
 	}
-	b := &heldBody{t: t, key: key, c: c, br: br, body: resp.Body, stop: stop, ctx: ctx,
-		reuse: !resp.Close && !req.Close}
+	b := &heldBody{t: p.t, key: p.key, c: p.c, br: br, body: resp.Body, stop: p.stop, ctx: p.ctx,
+		reuse: !resp.Close && !p.req.Close}
 	if resp.Body == http.NoBody {
 		b.finish(true)
 	} else {
 		resp.Body = b
 	}
-	if gz {
+	if p.gz {
 		ungzip(resp) // the decoder reads from the connection's body
 	}
 	return resp, nil
+}
+
+func (p *pending) fail(err error) error {
+	p.stop()
+	p.c.Close()
+	if p.ctx.Err() != nil {
+		return p.ctx.Err()
+	}
+	return err
+}
+
+// replayable reports whether err, answer's, may be met by sending the
+// request again on a new connection: nothing was read on a connection
+// that had been idle, which the agent may have closed meanwhile.
+func (p *pending) replayable(err error) bool {
+	var nothing *errNothingRead
+	return p.reused && errors.As(err, &nothing) && p.ctx.Err() == nil && replayable(p.req)
 }
 
 // heldBody is an answer's body: read to its end, it gives the connection

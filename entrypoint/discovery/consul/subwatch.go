@@ -11,134 +11,200 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/seamless-lb/seamless/entrypoint/model"
+	"github.com/seamless-lb/seamless/internal/backoff"
 )
 
 // run reads sb's query until its context ends, sending an event for each
 // answer and each failure; a failure is retried with backoff.
 func (c *splitCatalog) run(ctx context.Context, sb *sub) {
-	var (
-		cur  cursor
-		prev any
-		have bool
-		// After a failure the agent's view of a service may lag its
-		// servers (verify); behind is the view's index while it does.
-		verify bool
-		behind uint64
-		view   [sha256.Size]byte // digest of the view's latest answer
-	)
+	w := &subWatch{c: c, ctx: ctx, sb: sb, bo: c.s.newBackoff()}
 	if sb.seed > 0 { // wait for a change after the seed's read
-		cur.index, prev, have = sb.seed, sb.seedDigest, true
+		w.cur.index, w.prev, w.have = sb.seed, sb.seedDigest, true
 	}
-	bo := c.s.newBackoff()
-	var epoch context.Context // the restart context of the last request
+	w.loop(nil)
+}
+
+// subWatch is run's loop and what it keeps between answers. A held
+// health query's answer is waited for on a goroutine of its own
+// (held.go), which then goes on with the loop: the loop's state cannot
+// live in its frame.
+type subWatch struct {
+	c   *splitCatalog
+	ctx context.Context
+	sb  *sub
+
+	cur  cursor
+	prev any
+	have bool
+	// After a failure the agent's view of a service may lag its
+	// servers (verify); behind is the view's index while it does.
+	verify bool
+	behind uint64
+	view   [sha256.Size]byte // digest of the view's latest answer
+	bo     *backoff.Backoff
+	epoch  context.Context // the restart context of the last request
+
+	// Of the request in flight.
+	recovery, reconnection context.Context
+	stop, stopR            func() bool
+	cancel                 context.CancelFunc
+}
+
+// loop runs the sub-watch from h, a held health query whose answer has
+// begun, or from its next request when h is nil.
+func (w *subWatch) loop(h *heldHealth) {
+	c, ctx, sb := w.c, w.ctx, w.sb
 	for {
-		if epoch != nil && epoch.Err() != nil {
-			cur.failed() // another sub-watch saw Consul restart
+		var (
+			ev    event
+			index uint64
+			err   error
+		)
+		if h == nil {
+			w.prepare()
+			wait := time.Duration(0) // the configured wait
+			if w.behind != 0 {
+				wait = behindPoll // a view that lags: ask its servers again soon
+			}
+			if sb.kind == partHealth {
+				h, err = c.holdHealth(w, healthIndex(w.cur.wait()), wait)
+				if h != nil {
+					c.wg.Go(func() { h.wait(); w.loop(h) })
+					return
+				}
+			}
+			if err == nil {
+				ev, index, err = c.read(w.begin(), sb, w.cur.wait(), wait)
+				w.end()
+			}
+		} else {
+			ev, index, err = c.answerHealth(h)
+			h = nil
 		}
-		epoch = c.restartCtx()
-		recovery, reconnection := c.s.probe.recovery(), c.s.probe.reconnection()
-		rctx, cancel := context.WithCancel(ctx)
-		stop := func() bool { return false }
-		if cur.wait() > 0 { // a fresh read answers at once anyway
-			stop = context.AfterFunc(epoch, cancel)
-		}
-		// A request in flight through a cut, blocking or not, may hang
-		// on a broken connection until its deadline: the agent's return
-		// ends it.
-		stopR := context.AfterFunc(reconnection, cancel)
-		wait := time.Duration(0) // the configured wait
-		if behind != 0 {
-			wait = behindPoll // a view that lags: ask its servers again soon
-		}
-		ev, index, err := c.read(rctx, sb, cur.wait(), wait)
-		stop()
-		stopR()
-		cancel()
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil && (epoch.Err() != nil || reconnection.Err() != nil) {
-			cur.failed()
-			verify = sb.kind == partHealth
+		if err != nil && (w.epoch.Err() != nil || w.reconnection.Err() != nil) {
+			w.cur.failed()
+			w.verify = sb.kind == partHealth
 			continue // cut short by a restart or the agent's return: read afresh at once
 		}
 		if err != nil {
-			cur.failed()
-			verify = sb.kind == partHealth
-			if !c.send(ctx, event{sub: sb, err: err}) || !c.s.probe.backoff(ctx, recovery, bo.Next()) {
+			w.cur.failed()
+			w.verify = sb.kind == partHealth
+			if !c.send(ctx, event{sub: sb, err: err}) || !c.s.probe.backoff(ctx, w.recovery, w.bo.Next()) {
 				return
 			}
 			continue
 		}
-		bo.Reset()
-		var log *Source // per-service queries would log the same restart a thousand times
-		if sb.kind != partHealth {
-			log = c.s
-		}
-		if cur.seen != 0 && index < cur.seen {
-			c.s.noteReset()
-			c.restart()
-			epoch = nil
-		}
-		// A seeded query's first answer at or below the dump's index is
-		// its wait running out: its service did not change since.
-		quiet := sb.seed > 0 && cur.seen == 0 && !cur.reread && index != 0 && index <= sb.seed
-		moved := cur.answered(index, log, c.what(sb)) && !quiet
-		ev.index = index
-		if sb.kind == partHealth && (moved || !have) {
-			// Only an answer that can differ is converted: most answers
-			// of a thousand services are waits that ran out.
-			ev.instances = convertEntries(ev.entries, c.dc, c.s.cfg.TagFilter)
-			c.converted.Add(1)
-		}
-		ev.entries = nil
-		if moved || !have {
-			var now any
-			switch sb.kind {
-			case partServices:
-				now = ev.services
-			case partNodes:
-				now = ev.nodes
-			default:
-				// A digest, not the instances: fetch holds them, and a
-				// second copy of every service's here would cost as much
-				// again.
-				now = digest(ev.instances)
-			}
-			ev.changed = !have || !reflect.DeepEqual(prev, now)
-			prev, have = now, true
-			if d, ok := now.([sha256.Size]byte); ok {
-				view = d
-			}
-		}
-		// Every answer goes to fetch: an unchanged one says the query is
-		// alive, and its index how recent the catalog is.
-		if !c.send(ctx, ev) {
-			return
-		}
-		if behind != 0 && index != behind {
-			behind = 0 // the view moved: it follows its servers again
-		}
-		if verify || behind != 0 {
-			verify = false
-			lagging, changed, ok := c.checkView(ctx, sb, index, view, prev)
-			if ok {
-				if changed != nil {
-					prev = digest(changed.instances)
-					if !c.send(ctx, *changed) {
-						return
-					}
-				}
-				behind = 0
-				if lagging {
-					behind = index
-				}
-			}
-		}
-		if !sleep(ctx, minInterval) {
+		w.bo.Reset()
+		if !w.answered(ev, index) || !sleep(ctx, minInterval) {
 			return
 		}
 	}
+}
+
+// prepare notes what the next request is cut short by: a restart of
+// Consul, the agent's return.
+func (w *subWatch) prepare() {
+	if w.epoch != nil && w.epoch.Err() != nil {
+		w.cur.failed() // another sub-watch saw Consul restart
+	}
+	w.epoch = w.c.restartCtx()
+	w.recovery, w.reconnection = w.c.s.probe.recovery(), w.c.s.probe.reconnection()
+}
+
+// begin sets up a request read on the loop's goroutine: a context that
+// ends with what prepare noted.
+func (w *subWatch) begin() context.Context {
+	rctx, cancel := context.WithCancel(w.ctx)
+	w.cancel = cancel
+	w.stop = func() bool { return false }
+	if w.cur.wait() > 0 { // a fresh read answers at once anyway
+		w.stop = context.AfterFunc(w.epoch, cancel)
+	}
+	// A request in flight through a cut, blocking or not, may hang
+	// on a broken connection until its deadline: the agent's return
+	// ends it.
+	w.stopR = context.AfterFunc(w.reconnection, cancel)
+	return rctx
+}
+
+// end releases what begin set up.
+func (w *subWatch) end() {
+	w.stop()
+	w.stopR()
+	w.cancel()
+}
+
+// answered takes an answer; false when the context ended.
+func (w *subWatch) answered(ev event, index uint64) bool {
+	c, ctx, sb := w.c, w.ctx, w.sb
+	var log *Source // per-service queries would log the same restart a thousand times
+	if sb.kind != partHealth {
+		log = c.s
+	}
+	if w.cur.seen != 0 && index < w.cur.seen {
+		c.s.noteReset()
+		c.restart()
+		w.epoch = nil
+	}
+	// A seeded query's first answer at or below the dump's index is
+	// its wait running out: its service did not change since.
+	quiet := sb.seed > 0 && w.cur.seen == 0 && !w.cur.reread && index != 0 && index <= sb.seed
+	moved := w.cur.answered(index, log, c.what(sb)) && !quiet
+	ev.index = index
+	if sb.kind == partHealth && (moved || !w.have) {
+		// Only an answer that can differ is converted: most answers
+		// of a thousand services are waits that ran out.
+		ev.instances = convertEntries(ev.entries, c.dc, c.s.cfg.TagFilter)
+		c.converted.Add(1)
+	}
+	ev.entries = nil
+	if moved || !w.have {
+		var now any
+		switch sb.kind {
+		case partServices:
+			now = ev.services
+		case partNodes:
+			now = ev.nodes
+		default:
+			// A digest, not the instances: fetch holds them, and a
+			// second copy of every service's here would cost as much
+			// again.
+			now = digest(ev.instances)
+		}
+		ev.changed = !w.have || !reflect.DeepEqual(w.prev, now)
+		w.prev, w.have = now, true
+		if d, ok := now.([sha256.Size]byte); ok {
+			w.view = d
+		}
+	}
+	// Every answer goes to fetch: an unchanged one says the query is
+	// alive, and its index how recent the catalog is.
+	if !c.send(ctx, ev) {
+		return false
+	}
+	if w.behind != 0 && index != w.behind {
+		w.behind = 0 // the view moved: it follows its servers again
+	}
+	if w.verify || w.behind != 0 {
+		w.verify = false
+		lagging, changed, ok := c.checkView(ctx, sb, index, w.view, w.prev)
+		if ok {
+			if changed != nil {
+				w.prev = digest(changed.instances)
+				if !c.send(ctx, *changed) {
+					return false
+				}
+			}
+			w.behind = 0
+			if lagging {
+				w.behind = index
+			}
+		}
+	}
+	return true
 }
 
 // behindPoll is how often a service is read from the servers while the
@@ -221,18 +287,31 @@ func (c *splitCatalog) what(sb *sub) string {
 	return "/v1/health/service/" + sb.name
 }
 
+// healthIndex is the index a health query waits on to read at index. A
+// fresh read of a service's health waits on index 1, which any answer
+// passes at once: with an index the agent answers from its streaming
+// view, as it does the blocking queries. Without one it forwards the
+// read to the servers, which forward it to the leader they know: after
+// the leader's death, a dead address, held until their dial times out
+// (10 s in the chaos suite) while the view had caught up within a second.
+func healthIndex(index uint64) uint64 { return max(index, 1) }
+
+// answerHealth is read's conversion of a held health query's answer.
+func (c *splitCatalog) answerHealth(h *heldHealth) (event, uint64, error) {
+	ev := event{sub: h.sb}
+	entries, meta, err := h.answer()
+	if err != nil {
+		return ev, 0, fmt.Errorf("reading service %q: %w", h.sb.name, err)
+	}
+	ev.entries = entries
+	return ev, meta.LastIndex, nil
+}
+
 // read issues sb's query, waiting on index (for wait, or the configured
 // wait when 0), and converts its answer.
 func (c *splitCatalog) read(ctx context.Context, sb *sub, index uint64, wait time.Duration) (event, uint64, error) {
-	if sb.kind == partHealth && index == 0 {
-		// A fresh read of a service's health waits on index 1, which any
-		// answer passes at once: with an index the agent answers from its
-		// streaming view, as it does the blocking queries. Without one it
-		// forwards the read to the servers, which forward it to the
-		// leader they know: after the leader's death, a dead address,
-		// held until their dial times out (10 s in the chaos suite) while
-		// the view had caught up within a second.
-		index = 1
+	if sb.kind == partHealth {
+		index = healthIndex(index)
 	}
 	opts, cancel := c.s.queryOptions(ctx, c.dc, index)
 	defer cancel()

@@ -1,0 +1,241 @@
+package consul
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// holdingServer starts TestHoldingServerProcess, an agent in a process of
+// its own that holds every request until release is called, and returns
+// its address and the lines it prints, one per request it holds.
+func holdingServer(t *testing.T) (addr string, lines *bufio.Scanner, release func()) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHoldingServerProcess$")
+	cmd.Env = append(os.Environ(), "SEAMLESS_HOLDING_SERVER=1")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); cmd.Wait() })
+	if f, ok := stdout.(*os.File); ok {
+		f.SetReadDeadline(time.Now().Add(30 * time.Second))
+	}
+	lines = bufio.NewScanner(stdout)
+	if !lines.Scan() {
+		t.Fatalf("the server did not start: %v", lines.Err())
+	}
+	return lines.Text(), lines, func() { stdin.Close() }
+}
+
+// A watched service costs its held query's connection and little more:
+// while the query waits, no goroutine holds the frames of the client and
+// the transports (3.6 KiB), which kept the stack of a goroutine that had
+// decoded an answer at 8 KiB. 1,000 watched services cost 13 MiB before.
+func TestAWatchedServiceCostsASmallStack(t *testing.T) {
+	const n = 200
+	addr, lines, release := holdingServer(t)
+	t.Setenv("CONSUL_HTTP_ADDR", addr)
+	t.Setenv("CONSUL_HTTP_TOKEN", "")
+	t.Setenv("CONSUL_HTTP_TOKEN_FILE", "")
+	s, err := New(Config{Watches: n + 16}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newSplitCatalog(context.Background(), s, "", n+16, nil)
+	defer c.stop()
+	defer release()
+	for range 2 { // the service and node lists
+		if !lines.Scan() {
+			t.Fatalf("the server stopped: %v", lines.Err())
+		}
+	}
+	mem := func() (heap, stacks int64) {
+		for range 3 { // a stack shrinks at most once per collection
+			runtime.GC()
+		}
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapAlloc), int64(ms.StackInuse)
+	}
+	heapBefore, stacksBefore := mem()
+	goroutines := runtime.NumGoroutine()
+	for i := range n {
+		// Seeded at index 1: each query waits, as after a start.
+		sb := &sub{kind: partHealth, name: "s" + strconv.Itoa(i), seed: 1}
+		c.wg.Go(func() { c.run(c.ctx, sb) })
+	}
+	for range n {
+		if !lines.Scan() {
+			t.Fatalf("the server stopped: %v", lines.Err())
+		}
+	}
+	heapHeld, stacksHeld := mem()
+	heap, stacks := (heapHeld-heapBefore)/n, (stacksHeld-stacksBefore)/n
+	t.Logf("%d watched services: %d goroutines; each %d bytes of heap, %d of stack",
+		n, runtime.NumGoroutine()-goroutines, heap, stacks)
+	// A waiter's stack is 2 or 4 KiB, as the runtime sizes new stacks.
+	if stacks > 5<<10 {
+		t.Errorf("a watched service's held query keeps %d bytes of stack, want at most 5 KiB", stacks)
+	}
+	if heap > 3584 {
+		t.Errorf("a watched service's held query keeps %d bytes of heap, want at most 3.5 KiB", heap)
+	}
+}
+
+// A held health query is the request the API client sends for the same
+// query: path (a hostile name escaped alike), parameters, token and
+// authentication, so that an agent cannot tell them apart.
+func TestAHeldHealthQueryIsTheClientsRequest(t *testing.T) {
+	got := make(chan *http.Request, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r
+		w.Header().Set("X-Consul-Index", "9")
+		w.Write([]byte("[]"))
+	}))
+	defer srv.Close()
+	host := srv.Listener.Addr().String()
+	for _, tc := range []struct {
+		name string
+		cfg  api.Config
+		dc   string
+		tag  string
+	}{
+		{name: "web", cfg: api.Config{}},
+		{name: "we b/x?y=1#z%", cfg: api.Config{Token: "secret", Datacenter: "dc9"}, dc: "dc2", tag: "v1"},
+		{name: "api", cfg: api.Config{Namespace: "team", Partition: "p1", WaitTime: time.Minute,
+			HttpAuth: &api.HttpBasicAuth{Username: "u", Password: "p"}}},
+		{name: "db", cfg: api.Config{Address: "http://" + host + "/prefix"}},
+	} {
+		cfg := tc.cfg
+		if cfg.Address == "" {
+			cfg.Address = host
+		}
+		client, err := api.NewClient(&cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := &api.QueryOptions{Datacenter: tc.dc, AllowStale: true, WaitIndex: 7, WaitTime: 3 * time.Second}
+		if _, _, err := client.Health().Service(tc.name, tc.tag, false, opts); err != nil {
+			t.Fatal(err)
+		}
+		want := <-got
+		req := newAgentRequest(&cfg).health(context.Background(), host, tc.dc, tc.name, tc.tag, true, 7, 3*time.Second)
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		held := <-got
+		if held.Method != want.Method || held.RequestURI != want.RequestURI {
+			t.Errorf("%s: the held query asks %s %s, the client %s %s", tc.name, held.Method, held.RequestURI, want.Method, want.RequestURI)
+		}
+		for _, h := range []string{"X-Consul-Token", "Authorization", "Content-Type"} {
+			if held.Header.Get(h) != want.Header.Get(h) {
+				t.Errorf("%s: the held query's %s is %q, the client's %q", tc.name, h, held.Header.Get(h), want.Header.Get(h))
+			}
+		}
+	}
+}
+
+// heldSource is a source on the agent at url and a sub-watch of service
+// web of its per-service catalog, ready for its next request.
+func heldSource(t *testing.T, url string) (*splitCatalog, *subWatch) {
+	t.Helper()
+	t.Setenv("CONSUL_HTTP_ADDR", strings.TrimPrefix(url, "http://"))
+	t.Setenv("CONSUL_HTTP_TOKEN", "")
+	t.Setenv("CONSUL_HTTP_TOKEN_FILE", "")
+	s, err := New(Config{Watches: 8}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &splitCatalog{s: s}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.restarted, c.restartCancel = context.WithCancel(c.ctx)
+	t.Cleanup(c.cancel)
+	w := &subWatch{c: c, ctx: c.ctx, sb: &sub{kind: partHealth, name: "web"}}
+	w.prepare()
+	return c, w
+}
+
+// holdOnce holds w's query waiting on index and returns its answer.
+func holdOnce(t *testing.T, c *splitCatalog, w *subWatch, index uint64) (uint64, error) {
+	t.Helper()
+	h, err := c.holdHealth(w, index, time.Minute)
+	if err != nil || h == nil {
+		t.Fatalf("holding the query: %v (%v)", err, h)
+	}
+	h.wait()
+	_, meta, err := h.answer()
+	if err != nil {
+		return 0, err
+	}
+	return meta.LastIndex, nil
+}
+
+// The agent closed an idle connection: a held query written on it is
+// written again once on a new one, as the client's requests are.
+func TestAHeldQueryOnAConnClosedWhileIdleIsSentAgain(t *testing.T) {
+	url, conns := rawServer(t, func(c net.Conn, br *bufio.Reader) {
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nX-Consul-Index: 5\r\nContent-Length: 2\r\n\r\n[]") // keep-alive, then close
+	})
+	c, w := heldSource(t, url)
+	for i := range 2 {
+		if index, err := holdOnce(t, c, w, 1); err != nil || index != 5 {
+			t.Fatalf("answer %d: index %d, %v", i, index, err)
+		}
+	}
+	if n := conns.Load(); n != 2 {
+		t.Errorf("%d connections, want 2", n)
+	}
+	if s := c.s; s.started.Load() != 2 || s.finished.Load() != 2 {
+		t.Errorf("%d requests started and %d finished, want 2 and 2", s.started.Load(), s.finished.Load())
+	}
+}
+
+// A held query waiting on an index is cut short by Consul's restart (seen
+// by another query) and is not sent again: the sub-watch reads afresh.
+func TestAHeldQueryIsCutShortByARestart(t *testing.T) {
+	url, _ := rawServer(t, func(c net.Conn, br *bufio.Reader) {
+		http.ReadRequest(br)
+		io.Copy(io.Discard, br) // holds it
+	})
+	c, w := heldSource(t, url)
+	w.cur.index = 3
+	h, err := c.holdHealth(w, 3, time.Minute)
+	if err != nil || h == nil {
+		t.Fatalf("holding the query: %v (%v)", err, h)
+	}
+	done := make(chan error, 1)
+	go func() {
+		h.wait()
+		_, _, err := h.answer()
+		done <- err
+	}()
+	c.restart()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the query cut short answered")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a restart did not cut the held query short")
+	}
+}
