@@ -65,7 +65,7 @@ func TestChurnOfServiceNamesLeavesOnlyTheLiveBackends(t *testing.T) {
 	draining := 0
 	for _, slots := range r.table.committed().all() {
 		for _, s := range slots {
-			if !s.drainUntil.IsZero() {
+			if s.draining() {
 				draining++
 			}
 		}

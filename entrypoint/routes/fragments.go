@@ -120,7 +120,9 @@ func (f *fragments) backends(v view) ([][]byte, int, []byte, error) {
 			if err := backendTmpl.Execute(&buf, one); err != nil {
 				return nil, 0, nil, fmt.Errorf("default configuration: %w", err)
 			}
-			fr = &fragment{tcp: b.TCP, redirect: redirect, servers: b.Servers, text: buf.Bytes()}
+			// The text is kept for as long as the backend is unchanged:
+			// without the buffer's spare room (a third of it, as it grows).
+			fr = &fragment{tcp: b.TCP, redirect: redirect, servers: b.Servers, text: bytes.Clone(buf.Bytes())}
 			structure(sha256.New(), fr.text).Sum(fr.structure[:0])
 			f.executed++
 		}

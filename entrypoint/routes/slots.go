@@ -64,11 +64,17 @@ func (t *SlotTable) commit(p slotPlan) {
 	t.plan = p
 }
 
+// slot is one server slot of a backend. It points at its server, one of
+// the service cache's (never written), rather than hold a copy: 16
+// slots of every backend are 32 bytes each, not 144.
 type slot struct {
-	key        string // instance ID; "" when free
-	srv        Server
-	drainUntil time.Time // non-zero while a removed instance drains
+	key        string  // the holder's slotKey; "" when free
+	srv        *Server // nil when free
+	drainUntil int64   // Unix nanoseconds; non-zero while a removed instance drains
 }
+
+// draining reports whether a removed instance drains in the slot.
+func (sl slot) draining() bool { return sl.drainUntil != 0 }
 
 // planSlots places servers into a backend's committed slots (nil for a
 // backend the table does not hold) at time now, and returns its slots in
@@ -99,26 +105,28 @@ func planSlots(committed []slot, servers []Server, minSlots int, drain time.Dura
 			continue
 		}
 		if j := find(sl.key); j >= 0 {
-			set(i, slot{key: sl.key, srv: servers[j]})
+			set(i, slot{key: sl.key, srv: &servers[j]})
 			held[j] = true
 			continue
 		}
-		if sl.drainUntil.IsZero() {
-			sl.drainUntil = now.Add(drain)
+		if !sl.draining() {
+			sl.drainUntil = now.Add(drain).UnixNano()
 		}
-		if !now.Before(sl.drainUntil) {
+		until := time.Unix(0, sl.drainUntil)
+		if !now.Before(until) {
 			set(i, slot{})
 			continue
 		}
 		set(i, sl)
-		if recheck.IsZero() || sl.drainUntil.Before(recheck) {
-			recheck = sl.drainUntil
+		if recheck.IsZero() || until.Before(recheck) {
+			recheck = until
 		}
 	}
-	for j, s := range servers {
+	for j := range servers {
 		if held[j] {
 			continue
 		}
+		s := &servers[j]
 		i := slices.IndexFunc(slots, func(sl slot) bool { return sl.key == "" })
 		if i < 0 {
 			i = len(slots)
@@ -255,7 +263,7 @@ func slotServers(backend string, slots []slot) ([]viewServer, []model.ServerSlot
 			m.Instance = sl.srv.Instance
 			m.Address, m.Port, m.Weight = sl.srv.Address.Host, sl.srv.Port, sl.srv.Weight
 			v.Addr, v.Weight = sl.srv.Addr(), sl.srv.Weight
-			if sl.drainUntil.IsZero() {
+			if !sl.draining() {
 				m.State, v.Disabled = model.SlotReady, false
 			} else {
 				// Draining at runtime; a reload starts it in maintenance,
