@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"reflect"
 	"testing"
+	"unsafe"
 
 	"github.com/hashicorp/consul/api"
 )
@@ -134,6 +135,38 @@ func BenchmarkReadingAMovedHealthAnswer(b *testing.B) {
 		}
 		if got := convertEntries(ev.entries, "dc1", ""); len(got) != 10 {
 			b.Fatalf("%d instances converted; want 10", len(got))
+		}
+	}
+}
+
+// The instances of one answer share the strings they repeat (the
+// service's name and tags, the names, outputs and statuses of their
+// checks) rather than each keep the copy that decoding made.
+func TestAnAnswersInstancesShareTheStringsTheyRepeat(t *testing.T) {
+	var entries []healthEntry
+	if err := json.Unmarshal(consulHealth("web", 10), &entries); err != nil {
+		t.Fatal(err)
+	}
+	insts := convertEntries(entries, "dc1", "")
+	if len(insts) != 10 {
+		t.Fatalf("%d instances, want 10", len(insts))
+	}
+	first := insts[0]
+	for _, in := range insts[1:] {
+		for what, pair := range map[string][2]string{
+			"name":              {first.Name, in.Name},
+			"tag":               {first.Tags[0], in.Tags[0]},
+			"check's name":      {first.Checks[1].Name, in.Checks[1].Name},
+			"check's status":    {first.Checks[1].Status, in.Checks[1].Status},
+			"serf check output": {first.Checks[0].Output, in.Checks[0].Output},
+			"check's service":   {first.Checks[1].ServiceName, in.Checks[1].ServiceName},
+		} {
+			if pair[0] != pair[1] {
+				t.Fatalf("%s: %q and %q differ", what, pair[0], pair[1])
+			}
+			if unsafe.StringData(pair[0]) != unsafe.StringData(pair[1]) {
+				t.Errorf("instance %s keeps a copy of the %s %q", in.ID, what, pair[1])
+			}
 		}
 	}
 }
