@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/seamless-lb/seamless/entrypoint/model"
 )
@@ -156,4 +157,45 @@ func TestRenderingInPartsIsTheWholeTemplate(t *testing.T) {
 	if split == nil || !bytes.Equal(parts.Config, whole.Config) {
 		t.Fatalf("in parts:\n%s\n---- whole:\n%s", parts.Config, whole.Config)
 	}
+}
+
+// A backend's text is kept once: as the part of the last configuration
+// that holds it, not as a copy beside it. After a change, the unchanged
+// backends' texts move into the new configuration too, so that the last
+// one is not kept alive by them.
+func TestBackendTextsAreKeptInTheConfiguration(t *testing.T) {
+	var insts []model.Instance
+	for s := range 4 {
+		insts = append(insts, inst(fmt.Sprintf("svc%d", s), fmt.Sprintf("svc%d-0", s), fmt.Sprintf("10.0.%d.1", s), 8080,
+			fmt.Sprintf("seamless.http.host=svc%d.example", s)))
+	}
+	r := mustNew(t, Options{HTTPBind: "127.0.0.1:18080", Slots: 4, Table: NewSlotTable()})
+	for step := range 2 {
+		if step == 1 {
+			insts[2].Address = "10.9.9.9"
+		}
+		rend, err := r.Render(catalog(slices.Clone(insts)...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rend.Commit()
+		if len(r.frags.order) != 4 {
+			t.Fatalf("%d backends kept, want 4", len(r.frags.order))
+		}
+		cfg := rend.Config
+		for _, fr := range r.frags.order {
+			if !within(fr.text, cfg) {
+				t.Errorf("step %d: a backend's text is a copy beside the configuration", step)
+			}
+		}
+	}
+}
+
+// within reports whether part is a slice of whole's memory.
+func within(part, whole []byte) bool {
+	if len(part) == 0 || len(whole) == 0 {
+		return false
+	}
+	p, w := uintptr(unsafe.Pointer(&part[0])), uintptr(unsafe.Pointer(&whole[0]))
+	return p >= w && p+uintptr(len(part)) <= w+uintptr(len(whole))
 }

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -214,11 +215,39 @@ type viewBackend struct {
 	recheck time.Time
 }
 
-type viewServer struct {
-	Name     string
-	Addr     string
-	Weight   int
-	Disabled bool
+// viewServer is what the template sees of a server: its slot, read
+// through methods, so that the template's view of every backend's 16
+// slots or more is a pointer each, not a copy and an address string.
+type viewServer struct{ s *model.ServerSlot }
+
+func (v viewServer) Name() string { return v.s.Server }
+
+// Addr is host:port as a server line takes it; a free slot's points at
+// nothing that listens.
+func (v viewServer) Addr() string {
+	if v.s.Instance == "" {
+		return unusedAddr
+	}
+	return Address{Host: v.s.Address, IPv6: strings.Contains(v.s.Address, ":")}.HostPort(v.s.Port)
+}
+
+func (v viewServer) Weight() int { return v.s.Weight }
+
+// Disabled: a free slot, or a removed instance's that drains.
+func (v viewServer) Disabled() bool { return v.s.State != model.SlotReady }
+
+// viewServers is the template's view of slots.
+func viewServers(slots []model.ServerSlot) []viewServer {
+	vs := make([]viewServer, len(slots))
+	for i := range slots {
+		vs[i] = viewServer{&slots[i]}
+	}
+	return vs
+}
+
+// sameServers: a and b show the same servers.
+func sameServers(a, b []viewServer) bool {
+	return slices.EqualFunc(a, b, func(x, y viewServer) bool { return *x.s == *y.s })
 }
 
 // The shapes every string in a view must have. Routes are validated when
@@ -333,9 +362,12 @@ func (r *Renderer) view(rt Routes, now time.Time) (view, slotPlan, error) {
 				plan.set(b.name, cs, vb.held, found)
 				vb.Servers, vb.slots = r.servers.of(b.name, vb.held)
 			} else {
-				for _, srv := range s.Servers {
-					vb.Servers = append(vb.Servers, viewServer{Name: srv.Name, Addr: srv.Addr(), Weight: srv.Weight})
+				ms := make([]model.ServerSlot, len(s.Servers))
+				for i, srv := range s.Servers {
+					ms[i] = model.ServerSlot{Backend: b.name, Server: srv.Name, Instance: srv.Instance,
+						Address: srv.Address.Host, Port: srv.Port, Weight: srv.Weight, State: model.SlotReady}
 				}
+				vb.Servers = viewServers(ms)
 			}
 			// The servers are checked where the backend's text is made
 			// (fragments.backends), once per change of them.

@@ -253,27 +253,22 @@ func slotName(i int) string {
 // slotServers turns slots into the template's servers and the rendering's
 // description of them.
 func slotServers(backend string, slots []slot) ([]viewServer, []model.ServerSlot) {
-	vs := make([]viewServer, len(slots))
 	ms := make([]model.ServerSlot, len(slots))
 	for i, sl := range slots {
-		name := slotName(i)
-		m := model.ServerSlot{Backend: backend, Server: name, Weight: 1, State: model.SlotMaint}
-		v := viewServer{Name: name, Addr: unusedAddr, Weight: 1, Disabled: true}
+		m := model.ServerSlot{Backend: backend, Server: slotName(i), Weight: 1, State: model.SlotMaint}
 		if sl.key != "" {
 			m.Instance = sl.srv.Instance
 			m.Address, m.Port, m.Weight = sl.srv.Address.Host, sl.srv.Port, sl.srv.Weight
-			v.Addr, v.Weight = sl.srv.Addr(), sl.srv.Weight
-			if !sl.draining() {
-				m.State, v.Disabled = model.SlotReady, false
-			} else {
+			m.State = model.SlotReady
+			if sl.draining() {
 				// Draining at runtime; a reload starts it in maintenance,
 				// while the old worker finishes what it has.
 				m.State = model.SlotDrain
 			}
 		}
-		vs[i], ms[i] = v, m
+		ms[i] = m
 	}
-	return vs, ms
+	return viewServers(ms), ms
 }
 
 // slotCache keeps slotServers' answer per backend for the slots it was
