@@ -80,6 +80,7 @@ type peerResult struct {
 	agentTools           int             // tools sharing that agent
 	window               time.Duration   // first write → last reading
 	rssLoaded, rss, peak int64
+	peakLoaded           int64  // VmHWM when loaded: the start's
 	reads                int    // reads of the rendered file
 	probes               int    // built-in: requests sent to see changes served
 	applies              string // seamless: seamless_config_applies_total by result, over the changes

@@ -109,10 +109,10 @@ func printPeerTable(w io.Writer, o peerOptions, results []peerResult) {
 			}
 			fmt.Fprintf(w, "; catalog registered in %s, whole catalog in the file %s after start; over %s: requests by path %s; answers %s; "+
 				"%d of %d answers gzip (%d asked for it); headers %.1f KiB; connections to the proxy: %d opened during the changes, at most %d open; "+
-				"tool CPU %s, HAProxy CPU %s (not in the tool's); RSS when loaded %.1f MiB",
+				"tool CPU %s, HAProxy CPU %s (not in the tool's); RSS when loaded %.1f MiB (peak by then %.1f)",
 				r.register.Round(time.Millisecond), r.ready.Round(time.Millisecond), r.window.Round(time.Millisecond),
 				strings.Join(classes, ", "), strings.Join(kinds, ", "), t.Gzip, all.Requests, t.AcceptGzip,
-				float64(all.Header)/1024, t.Conns, t.PeakOpen, fmtMs(r.cpu), fmtMs(r.haproxy), float64(r.rssLoaded)/(1<<20))
+				float64(all.Header)/1024, t.Conns, t.PeakOpen, fmtMs(r.cpu), fmtMs(r.haproxy), float64(r.rssLoaded)/(1<<20), float64(r.peakLoaded)/(1<<20))
 			if r.applies != "" {
 				fmt.Fprintf(w, "; applies: %s", r.applies)
 			}

@@ -184,7 +184,7 @@ func peerRow(ctx context.Context, log *slog.Logger, o peerOptions, dir string, d
 	before := make([]toolReading, len(runs))
 	for i, t := range runs {
 		if live(i) {
-			results[i].rssLoaded, _, _ = procMemory(t.pid())
+			results[i].rssLoaded, results[i].peakLoaded, _ = procMemory(t.pid())
 			t.proxy.resetPeak()
 			before[i] = readTool(ctx, t)
 		}
