@@ -29,13 +29,15 @@ func main() {
 }
 
 // defaultGOGC is the collector's headroom when GOGC is not set: the heap
-// grows to 1.5 times the live data instead of Go's 2 times. seamless
+// grows to 1.3 times the live data instead of Go's 2 times. seamless
 // keeps the catalog and its rendering live and makes little garbage per
-// change, so the collector runs a little more often for a third less
-// memory: RSS 82 / peak 83 MiB instead of 100 / 100 at 1000 services ×
-// 10 instances, at the same CPU per change (make bench-peer). GOGC and
-// GOMEMLIMIT set in the environment are Go's, and win.
-const defaultGOGC = 50
+// change, so the collector runs more often for less memory. Built-in
+// template at 1000 services × 10 instances (make bench-peer, one run
+// each): RSS after changes / peak 62–67 / 66–69 MiB at 50, 60 / 65 at
+// 40, 57 / 59 at 30, CPU per change 51–54, 49 and 55 ms (within the
+// runs' noise). GOGC and GOMEMLIMIT set in the environment are Go's, and
+// win.
+const defaultGOGC = 30
 
 func collectorHeadroom() {
 	if os.Getenv("GOGC") == "" {
