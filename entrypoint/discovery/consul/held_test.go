@@ -42,6 +42,16 @@ func holdingServer(t *testing.T) (addr string, lines *bufio.Scanner, release fun
 	return lines.Text(), lines, func() { stdin.Close() }
 }
 
+// heapAndStacks is the live heap and the goroutines' stacks, in bytes.
+func heapAndStacks() (heap, stacks int64) {
+	for range 3 { // a stack shrinks at most once per collection
+		runtime.GC()
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc), int64(ms.StackInuse)
+}
+
 // A watched service costs its held query's connection and little more:
 // while the query waits, no goroutine holds the frames of the client and
 // the transports (3.6 KiB), which kept the stack of a goroutine that had
@@ -64,15 +74,7 @@ func TestAWatchedServiceCostsASmallStack(t *testing.T) {
 			t.Fatalf("the server stopped: %v", lines.Err())
 		}
 	}
-	mem := func() (heap, stacks int64) {
-		for range 3 { // a stack shrinks at most once per collection
-			runtime.GC()
-		}
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return int64(ms.HeapAlloc), int64(ms.StackInuse)
-	}
-	heapBefore, stacksBefore := mem()
+	heapBefore, stacksBefore := heapAndStacks()
 	goroutines := runtime.NumGoroutine()
 	for i := range n {
 		// Seeded at index 1: each query waits, as after a start.
@@ -84,7 +86,7 @@ func TestAWatchedServiceCostsASmallStack(t *testing.T) {
 			t.Fatalf("the server stopped: %v", lines.Err())
 		}
 	}
-	heapHeld, stacksHeld := mem()
+	heapHeld, stacksHeld := heapAndStacks()
 	heap, stacks := (heapHeld-heapBefore)/n, (stacksHeld-stacksBefore)/n
 	t.Logf("%d watched services: %d goroutines; each %d bytes of heap, %d of stack",
 		n, runtime.NumGoroutine()-goroutines, heap, stacks)

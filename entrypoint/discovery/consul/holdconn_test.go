@@ -12,7 +12,6 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -287,32 +286,11 @@ func TestHeldConnDecodesGzip(t *testing.T) {
 // every goroutine counted is the client's.
 func TestHeldQueryCostsOneGoroutine(t *testing.T) {
 	const n = 100
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHoldingServerProcess$")
-	cmd.Env = append(os.Environ(), "SEAMLESS_HOLDING_SERVER=1")
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stdin.Close(); cmd.Wait() })
-	if f, ok := stdout.(*os.File); ok {
-		f.SetReadDeadline(time.Now().Add(30 * time.Second))
-	}
-	lines := bufio.NewScanner(stdout)
-	if !lines.Scan() {
-		t.Fatalf("the server did not start: %v", lines.Err())
-	}
-	url := "http://" + lines.Text()
+	addr, lines, release := holdingServer(t)
+	url := "http://" + addr
 
 	rt := testTransport(t, n)
-	mem := func() (heap, stacks int64) {
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return int64(ms.HeapAlloc), int64(ms.StackInuse)
-	}
-	heapBefore, stacksBefore := mem()
+	heapBefore, stacksBefore := heapAndStacks()
 	before := runtime.NumGoroutine()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -339,9 +317,9 @@ func TestHeldQueryCostsOneGoroutine(t *testing.T) {
 		}
 	}
 	held := runtime.NumGoroutine() - before
-	heapHeld, stacksHeld := mem()
+	heapHeld, stacksHeld := heapAndStacks()
 	heap, stacks := (heapHeld-heapBefore)/n, (stacksHeld-stacksBefore)/n
-	stdin.Close() // the server answers them all
+	release() // the server answers them all
 	wg.Wait()
 	close(errs)
 	for err := range errs {
