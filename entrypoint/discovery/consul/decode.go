@@ -40,17 +40,26 @@ func (c *splitCatalog) readHealth(opts *api.QueryOptions, name string, index uin
 	if err != nil {
 		return nil, nil, err
 	}
-	if index > 1 && meta.LastIndex == index {
-		// The wait ran out (most answers of a thousand held queries):
-		// after an answer a query waits on its index (cursor), so this
-		// one is the last again, which run does not convert.
-		return nil, meta, nil
-	}
-	var entries []healthEntry
-	if err := json.Unmarshal(body.json, &entries); err != nil {
+	entries, err := healthEntries(body.json, index, meta.LastIndex)
+	if err != nil {
 		return nil, nil, err
 	}
 	return entries, meta, nil
+}
+
+// healthEntries decodes a health answer at index got to a query that
+// waited on index, unless the wait ran out (most answers of a thousand
+// held queries): after an answer a query waits on its index (cursor), so
+// this one is the last again, which run does not convert.
+func healthEntries(body []byte, index, got uint64) ([]healthEntry, error) {
+	if index > 1 && got == index {
+		return nil, nil
+	}
+	var entries []healthEntry
+	if err := json.Unmarshal(body, &entries); err != nil {
+		return nil, err
+	}
+	return entries, nil
 }
 
 // healthBody keeps an answer's JSON for readHealth to decode or drop. The

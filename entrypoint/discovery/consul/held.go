@@ -3,7 +3,6 @@ package consul
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
@@ -234,11 +233,8 @@ func (h *heldHealth) answer() ([]healthEntry, *api.QueryMeta, error) {
 		}
 	}
 	meta.ResultsFilteredByACLs = resp.Header.Get("X-Consul-Results-Filtered-By-ACLs") == "true"
-	if h.index > 1 && meta.LastIndex == h.index {
-		return nil, meta, nil // the wait ran out: readHealth's rule
-	}
-	var entries []healthEntry
-	if err := json.Unmarshal(buf.Bytes(), &entries); err != nil {
+	entries, err := healthEntries(buf.Bytes(), h.index, meta.LastIndex)
+	if err != nil {
 		return nil, nil, err
 	}
 	return entries, meta, nil
