@@ -299,14 +299,14 @@ func (k *cluster) convergedOn(t *testing.T, step string, rs []*replica, agents [
 	t.Helper()
 	want := k.want()
 	start := time.Now()
-	testenv.Eventually(t, 90*time.Second, step+": every agent's catalog has exactly the running backends, passing", func() bool {
+	k.until(t, 90*time.Second, step+": every agent's catalog has exactly the running backends, passing", func() bool {
 		for _, a := range agents {
 			if !equalSets(k.catalog(a), want) {
 				return false
 			}
 		}
 		return true
-	})
+	}, func() { k.explain(t, want, rs, agents) })
 	settled := time.Now()
 	// When each agent's streaming view (what the replicas read) and each
 	// replica first had the running backends: a slow convergence is then
@@ -319,7 +319,7 @@ func (k *cluster) convergedOn(t *testing.T, step string, rs []*replica, agents [
 		servesAt[i] = -1
 	}
 	var shas, members []string
-	testenv.Eventually(t, convergeBound, step+": every replica serves them, with one members fingerprint", func() bool {
+	k.until(t, convergeBound, step+": every replica serves them, with one members fingerprint", func() bool {
 		for i, a := range agents {
 			if viewAt[i] < 0 && equalSets(k.streamingView(a), want) {
 				viewAt[i] = time.Since(settled)
@@ -344,6 +344,10 @@ func (k *cluster) convergedOn(t *testing.T, step string, rs []*replica, agents [
 			}
 		}
 		return true
+	}, func() {
+		t.Logf("%s: after the catalog settled (at %s), the agents' streaming views had it at %v, the replicas served it at %v (-1: not yet)",
+			step, settled.UTC().Format("15:04:05.000"), viewAt, servesAt)
+		k.explain(t, want, rs, agents)
 	})
 	converged := time.Since(settled)
 	same := true
@@ -371,6 +375,37 @@ func (k *cluster) convergedOn(t *testing.T, step string, rs []*replica, agents [
 		for _, a := range agents {
 			t.Logf("%s converged slowly: logs of %s:\n%s", step, a.name, k.logs(a, "40"))
 		}
+	}
+}
+
+// until is testenv.Eventually that, before it fails the test, has
+// explain log what the wait was for: a scenario's failure in CI must say
+// which replica or agent lagged, not only that one did.
+func (k *cluster) until(t *testing.T, timeout time.Duration, msg string, cond func() bool, explain func()) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			explain()
+			t.Fatalf("timed out after %s: %s", timeout, msg)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// explain logs, for a convergence that did not come, what was wanted,
+// what each agent's catalog and streaming view held, and what each
+// replica served, with its fingerprint and its latest log lines.
+func (k *cluster) explain(t *testing.T, want map[string][]string, rs []*replica, agents []*node) {
+	t.Helper()
+	t.Logf("wanted: %v", want)
+	for _, a := range agents {
+		t.Logf("%s: catalog %v, streaming view %v", a.name, k.catalog(a), k.streamingView(a))
+	}
+	for _, r := range rs {
+		sha, m := r.fingerprint()
+		t.Logf("%s serves %v (members %.12s, file %.12s, Consul index %d); its log:\n%s",
+			r.name, r.serving(), m, sha, r.consulIndex(), k.logs(&r.node, "40"))
 	}
 }
 
