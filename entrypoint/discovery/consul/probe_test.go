@@ -455,3 +455,80 @@ func webCatalog(w http.ResponseWriter, r *http.Request) bool {
 	}
 	return true
 }
+
+// After a failure the agent's view is checked against its servers; when
+// that read fails too (a rolling restart: the server it reached is the
+// one going down), the view is not taken on trust: it is checked again
+// at the next poll, until a check answers or the view moves.
+func TestAViewThatCouldNotBeCheckedIsCheckedAgain(t *testing.T) {
+	var (
+		broken  atomic.Bool
+		directs atomic.Int32
+	)
+	brokeCh, blocking := make(chan struct{}), make(chan struct{}, 1)
+	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		if webCatalog(w, r) {
+			return
+		}
+		if r.URL.Path != "/v1/health/service/web" {
+			http.NotFound(w, r)
+			return
+		}
+		q := r.URL.Query()
+		index := q.Get("index")
+		answer := func(i int, nodes ...string) {
+			w.Header().Set("X-Consul-Index", strconv.Itoa(i))
+			fmt.Fprint(w, webHealth(nodes...))
+		}
+		switch {
+		case !broken.Load() && (index == "" || index == "1"):
+			answer(10, "a")
+		case !broken.Load(): // blocking until the servers restart
+			select {
+			case blocking <- struct{}{}:
+			default:
+			}
+			select {
+			case <-brokeCh:
+				http.Error(w, "rpc error: server shutting down", http.StatusInternalServerError)
+			case <-r.Context().Done():
+			}
+		case index == "": // the servers: the first read reaches the one going down
+			if directs.Add(1) == 1 {
+				http.Error(w, "rpc error making call: EOF", http.StatusInternalServerError)
+				return
+			}
+			answer(20, "b")
+		case index != "10": // the lagging view answers at once with what it had
+			answer(10, "a")
+		default: // and never moves here: each wait runs out
+			d, err := time.ParseDuration(q.Get("wait"))
+			if err != nil {
+				http.Error(w, "no wait: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			select {
+			case <-time.After(d):
+				answer(10, "a")
+			case <-r.Context().Done():
+			}
+		}
+	})
+	r := startSource(t, addr, Config{}, model.LocalCatalog)
+	r.waitFor("web-a", func(s model.Snapshot) bool { return len(instances(s, "web")) == 1 })
+	select {
+	case <-blocking:
+	case <-time.After(wait):
+		t.Fatal("no blocking query on web")
+	}
+	broken.Store(true)
+	close(brokeCh)
+	cut := time.Now()
+	// The backoff, the view's answer, the failed check, one poll of the
+	// view (behindPoll) and the second check, with room for a busy machine.
+	r.waitFor("web as its servers have it (b) after a failed check", func(s model.Snapshot) bool {
+		in := instances(s, "web")
+		return len(in) == 1 && in[0].Node == "b"
+	})
+	t.Logf("the servers' answer passed on %s after the failure, at check %d", time.Since(cut).Round(10*time.Millisecond), directs.Load())
+}

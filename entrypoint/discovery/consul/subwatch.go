@@ -37,7 +37,8 @@ type subWatch struct {
 	prev any
 	have bool
 	// After a failure the agent's view of a service may lag its
-	// servers (verify); behind is the view's index while it does.
+	// servers (verify); behind is the view's index while it does, or
+	// while that could not be checked.
 	verify bool
 	behind uint64
 	view   [sha256.Size]byte // digest of the view's latest answer
@@ -202,6 +203,10 @@ func (w *subWatch) answered(ev event, index uint64) bool {
 			if lagging {
 				w.behind = index
 			}
+		} else {
+			// Not known to follow its servers: poll it as a view that
+			// lags, and check again, until a check answers or it moves.
+			w.behind = index
 		}
 	}
 	return true
@@ -224,12 +229,13 @@ const directTimeout = 3 * time.Second
 // cut. A read without an index goes to the servers instead. lagging says
 // the servers differ from the view; changed is the servers' answer when
 // it differs from what was passed on (last); ok is false when the servers
-// could not be read, and the view is left to serve.
+// could not be read: the view serves, and is checked again at its next
+// poll (behindPoll).
 func (c *splitCatalog) checkView(ctx context.Context, sb *sub, index uint64, view [sha256.Size]byte, last any) (lagging bool, changed *event, ok bool) {
 	insts, err := c.direct(ctx, sb.name)
 	if err != nil {
 		if ctx.Err() == nil {
-			c.s.log.Debug("reading a service from the servers failed; its view serves", "service", sb.name, "err", err)
+			c.s.log.Debug("reading a service from the servers failed; its view serves until the next check", "service", sb.name, "err", err)
 		}
 		return false, nil, false
 	}
