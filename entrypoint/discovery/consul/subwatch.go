@@ -228,50 +228,58 @@ const directTimeout = 3 * time.Second
 // minute in Consul 1.14), it answers at once with what it had before the
 // cut. A read without an index goes to the servers instead. lagging says
 // the servers differ from the view; changed is the servers' answer when
-// it differs from what was passed on (last); ok is false when the servers
-// could not be read: the view serves, and is checked again at its next
-// poll (behindPoll).
+// it differs from what was passed on (last), also when it agrees with the
+// view again after an earlier answer of theirs was passed on; ok is false
+// when the servers could not tell: their read failed, or the server that
+// answered is behind the view (restarted, still applying its log, it
+// answers from older state). The view then serves, and is checked again
+// at its next poll (behindPoll).
 func (c *splitCatalog) checkView(ctx context.Context, sb *sub, index uint64, view [sha256.Size]byte, last any) (lagging bool, changed *event, ok bool) {
-	insts, err := c.direct(ctx, sb.name)
+	insts, at, err := c.direct(ctx, sb.name)
 	if err != nil {
 		if ctx.Err() == nil {
 			c.s.log.Debug("reading a service from the servers failed; its view serves until the next check", "service", sb.name, "err", err)
 		}
 		return false, nil, false
 	}
+	if at < index {
+		c.s.log.Debug("the server that answered is behind the agent's view of a service; its view serves until the next check",
+			"service", sb.name, "view_index", index, "server_index", at)
+		return false, nil, false
+	}
 	d := digest(insts)
-	if d == view {
-		return false, nil, true
+	lagging = d != view
+	if lagging {
+		c.s.log.Debug("the agent's view of a service lags its servers; reading it from them until the view moves",
+			"service", sb.name, "view_index", index, "server_index", at)
 	}
-	c.s.log.Debug("the agent's view of a service lags its servers; reading it from them until the view moves",
-		"service", sb.name, "view_index", index)
 	if last == any(d) {
-		return true, nil, true
+		return lagging, nil, true
 	}
-	return true, &event{sub: sb, index: index, instances: insts, changed: true}, true
+	return lagging, &event{sub: sb, index: index, instances: insts, changed: true}, true
 }
 
 // direct reads the health of service name from the servers: without an
 // index (the agent answers only blocking queries from its view), and
 // stale, so that any server answers from its own state rather than
-// forward to a leader that may be gone.
-func (c *splitCatalog) direct(ctx context.Context, name string) ([]model.Instance, error) {
+// forward to a leader that may be gone. at is the answer's index.
+func (c *splitCatalog) direct(ctx context.Context, name string) (insts []model.Instance, at uint64, err error) {
 	select {
 	case c.directs <- struct{}{}:
 		defer func() { <-c.directs }()
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, 0, ctx.Err()
 	}
 	ctx, cancel := context.WithTimeout(ctx, directTimeout)
 	defer cancel()
 	opts, cancelQ := c.s.queryOptions(ctx, c.dc, 0)
 	defer cancelQ()
 	opts.AllowStale = true
-	entries, _, err := c.readHealth(opts, name, 0)
+	entries, meta, err := c.readHealth(opts, name, 0)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return convertEntries(entries, c.dc, c.s.cfg.TagFilter), nil
+	return convertEntries(entries, c.dc, c.s.cfg.TagFilter), meta.LastIndex, nil
 }
 
 func (c *splitCatalog) send(ctx context.Context, ev event) bool {
