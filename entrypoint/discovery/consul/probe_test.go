@@ -352,8 +352,8 @@ func TestAViewThatLagsItsServersIsReadFromThem(t *testing.T) {
 				case <-r.Context().Done():
 				}
 			case index == "": // the servers: a left during the cut, b came
-				if _, ok := q["stale"]; !ok {
-					http.Error(w, "a read from the servers must be stale: the leader may be gone", http.StatusBadRequest)
+				if q.Has("stale") {
+					http.Error(w, "a check reads from the leader: a server may be behind the view", http.StatusBadRequest)
 					return
 				}
 				directs.Add(1)
@@ -457,42 +457,54 @@ func webCatalog(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // After a failure the agent's view of a service is checked against its
-// servers. In a rolling restart of the servers the read may fail, or reach
-// a server that is behind the view (restarted, still applying its log);
-// neither tells whether the view lags, so neither is taken: the view is
-// checked again at its next poll. And an answer of the servers passed on
-// while the view lagged is replaced once they agree with the view again.
-// Here the view serves web on node a at index 10 and never moves.
+// servers (the leader). In a rolling restart of the servers the read may
+// fail, or reach a server behind the view; neither tells whether the view
+// lags, so neither is taken: the view is checked again at its next poll.
+// An answer of the servers passed on while the view lagged is replaced
+// once they agree with the view again. And a view that went back to an
+// older state (resubscribed to a server still applying its log) is not
+// followed until it has caught up, unless the servers too went back:
+// Consul started over. Here the view serves web on node a at index 10
+// before the failure.
 func TestTheServersCheckOfAView(t *testing.T) {
-	type answer struct {
-		index int
-		nodes []string // nil: the read fails
-	}
+	a := []string{"a"}
 	tests := []struct {
-		name  string
-		reads []answer // the servers' answers, in turn; the last repeats
-		want  [][]string
+		name   string
+		view   []viewAnswer // after the failure, in turn; the last repeats
+		reads  []viewAnswer // the servers' answers, in turn; the last repeats
+		checks int32        // reads of the servers at least
+		want   [][]string
 	}{
-		{"a failed check is made again", []answer{{0, nil}, {20, []string{"b"}}}, [][]string{{"a"}, {"b"}}},
-		{"a server behind the view is not taken", []answer{{5, []string{}}, {10, []string{"a"}}}, [][]string{{"a"}}},
-		{"the servers agreeing with the view again are followed", []answer{{20, []string{"b"}}, {30, []string{"a"}}}, [][]string{{"a"}, {"b"}, {"a"}}},
+		{"a failed check is made again", []viewAnswer{{10, a}}, []viewAnswer{{0, nil}, {20, []string{"b"}}}, 2,
+			[][]string{a, {"b"}}},
+		{"a server behind the view is not taken", []viewAnswer{{10, a}}, []viewAnswer{{5, []string{}}, {10, a}}, 2,
+			[][]string{a}},
+		{"the servers agreeing with the view again are followed", []viewAnswer{{10, a}}, []viewAnswer{{20, []string{"b"}}, {30, a}}, 2,
+			[][]string{a, {"b"}, a}},
+		{"a view gone back to an older state is not followed", []viewAnswer{{5, []string{"a", "g"}}, {12, a}}, []viewAnswer{{10, a}}, 1,
+			[][]string{a}},
+		{"a view gone back is not followed while the servers cannot tell", []viewAnswer{{5, []string{"a", "g"}}, {5, []string{"a", "g"}}, {12, a}}, []viewAnswer{{0, nil}}, 1,
+			[][]string{a}},
+		{"an older answer the servers confirm stands: Consul started over", []viewAnswer{{3, []string{"b"}}}, []viewAnswer{{3, []string{"b"}}}, 1,
+			[][]string{a, {"b"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var directs atomic.Int32
-			r, broke := laggingView(t, func() (int, []string) {
-				n := int(directs.Add(1))
-				a := tt.reads[min(n, len(tt.reads))-1]
-				return a.index, a.nodes
-			})
+			var views, directs atomic.Int32
+			r, broke := laggingView(t, inTurn(&views, tt.view), inTurn(&directs, tt.reads))
 			close(broke)
 			final := tt.want[len(tt.want)-1]
 			// The backoff, the view's answer, a check, one poll of the
 			// view (behindPoll) and the next check, with room to spare.
-			testenv.Eventually(t, 3*behindPoll, "the servers read again after the first check", func() bool {
-				return directs.Load() >= 2
+			testenv.Eventually(t, 3*behindPoll, fmt.Sprintf("%d reads of the servers", tt.checks), func() bool {
+				return directs.Load() >= tt.checks
 			})
 			r.waitFor(fmt.Sprintf("web on %v", final), func(s model.Snapshot) bool { return slices.Equal(webNodes(s), final) })
+			if tt.view[len(tt.view)-1].index > 10 {
+				// The view caught up: followed again.
+				testenv.Eventually(t, 3*behindPoll, "the view caught up", func() bool { return int(views.Load()) >= len(tt.view) })
+				r.waitFor("the index the view caught up to", func(s model.Snapshot) bool { return s.Local() != nil && s.Local().Index >= 12 })
+			}
 			var got [][]string
 			for _, s := range r.history() {
 				if n := webNodes(s); len(got) == 0 || !slices.Equal(n, got[len(got)-1]) {
@@ -506,12 +518,24 @@ func TestTheServersCheckOfAView(t *testing.T) {
 	}
 }
 
+// viewAnswer is an answer of the view or the servers in laggingView.
+type viewAnswer struct {
+	index int
+	nodes []string // nil: the read fails
+}
+
+// inTurn answers as, one after the other, counting them in n; the last
+// repeats.
+func inTurn(n *atomic.Int32, as []viewAnswer) func() viewAnswer {
+	return func() viewAnswer { return as[min(int(n.Add(1)), len(as))-1] }
+}
+
 // laggingView starts a source on an agent whose view has web on node a at
 // index 10, and holds its blocking query until broke is closed: then the
-// query fails (a server shutting down) and the view answers with what it
-// had, at once to a fresh read and after the wait to a blocking one. A
-// read from the servers (no index) answers servers().
-func laggingView(t *testing.T, servers func() (index int, nodes []string)) (*running, chan struct{}) {
+// query fails (a server shutting down) and the view answers view(), at
+// once to a fresh read or one that waits on another index, else after
+// the wait. A read from the servers (no index) answers servers().
+func laggingView(t *testing.T, view, servers func() viewAnswer) (*running, chan struct{}) {
 	t.Helper()
 	var broken atomic.Bool
 	brokeCh, blocking := make(chan struct{}), make(chan struct{}, 1)
@@ -525,20 +549,23 @@ func laggingView(t *testing.T, servers func() (index int, nodes []string)) (*run
 		}
 		q := r.URL.Query()
 		index := q.Get("index")
-		answer := func(i int, nodes ...string) {
-			w.Header().Set("X-Consul-Index", strconv.Itoa(i))
-			fmt.Fprint(w, webHealth(nodes...))
-		}
-		switch {
-		case index == "" && q.Has("stale"): // the servers
-			i, nodes := servers()
-			if nodes == nil {
+		answer := func(a viewAnswer) {
+			if a.nodes == nil {
 				http.Error(w, "rpc error making call: EOF", http.StatusInternalServerError)
 				return
 			}
-			answer(i, nodes...)
-		case index == "" || index == "1" || (broken.Load() && index != "10"):
-			answer(10, "a")
+			w.Header().Set("X-Consul-Index", strconv.Itoa(a.index))
+			fmt.Fprint(w, webHealth(a.nodes...))
+		}
+		switch {
+		case index == "": // the servers (the leader)
+			if q.Has("stale") {
+				http.Error(w, "a check reads from the leader: a server may be behind the view", http.StatusBadRequest)
+				return
+			}
+			answer(servers())
+		case !broken.Load() && index == "1":
+			answer(viewAnswer{10, []string{"a"}})
 		case !broken.Load(): // blocking until the servers restart
 			select {
 			case blocking <- struct{}{}:
@@ -550,7 +577,12 @@ func laggingView(t *testing.T, servers func() (index int, nodes []string)) (*run
 				http.Error(w, "rpc error: server shutting down", http.StatusInternalServerError)
 			case <-r.Context().Done():
 			}
-		default: // the view never moves: each wait runs out
+		default:
+			a := view()
+			if index != strconv.Itoa(a.index) && index != "10" {
+				answer(a)
+				return
+			}
 			d, err := time.ParseDuration(q.Get("wait"))
 			if err != nil {
 				http.Error(w, "no wait: "+err.Error(), http.StatusBadRequest)
@@ -558,7 +590,7 @@ func laggingView(t *testing.T, servers func() (index int, nodes []string)) (*run
 			}
 			select {
 			case <-time.After(d):
-				answer(10, "a")
+				answer(view())
 			case <-r.Context().Done():
 			}
 		}

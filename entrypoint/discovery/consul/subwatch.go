@@ -33,17 +33,12 @@ type subWatch struct {
 	ctx context.Context
 	sb  *sub
 
-	cur  cursor
-	prev any
-	have bool
-	// After a failure the agent's view of a service may lag its
-	// servers (verify); behind is the view's index while it does, or
-	// while that could not be checked.
-	verify bool
-	behind uint64
-	view   [sha256.Size]byte // digest of the view's latest answer
-	bo     *backoff.Backoff
-	epoch  context.Context // the restart context of the last request
+	cur   cursor
+	prev  any // what was passed on last (a health answer's digest)
+	have  bool
+	trail viewTrail // a health query's: is its view followed (viewcheck.go)
+	bo    *backoff.Backoff
+	epoch context.Context // the restart context of the last request
 
 	// Of the request in flight.
 	recovery, reconnection context.Context
@@ -64,8 +59,8 @@ func (w *subWatch) loop(h *heldHealth) {
 		if h == nil {
 			w.prepare()
 			wait := time.Duration(0) // the configured wait
-			if w.behind != 0 {
-				wait = behindPoll // a view that lags: ask its servers again soon
+			if w.trail.catchUp != 0 {
+				wait = behindPoll // a view not followed: ask its servers again soon
 			}
 			if sb.kind == partHealth {
 				h, err = c.holdHealth(w, healthIndex(w.cur.wait()), wait)
@@ -87,12 +82,12 @@ func (w *subWatch) loop(h *heldHealth) {
 		}
 		if err != nil && (w.epoch.Err() != nil || w.reconnection.Err() != nil) {
 			w.cur.failed()
-			w.verify = sb.kind == partHealth
+			w.trail.verify = sb.kind == partHealth
 			continue // cut short by a restart or the agent's return: read afresh at once
 		}
 		if err != nil {
 			w.cur.failed()
-			w.verify = sb.kind == partHealth
+			w.trail.verify = sb.kind == partHealth
 			if !c.send(ctx, event{sub: sb, err: err}) || !c.s.probe.backoff(ctx, w.recovery, w.bo.Next()) {
 				return
 			}
@@ -141,145 +136,27 @@ func (w *subWatch) end() {
 // answered takes an answer; false when the context ended.
 func (w *subWatch) answered(ev event, index uint64) bool {
 	c, ctx, sb := w.c, w.ctx, w.sb
-	var log *Source // per-service queries would log the same restart a thousand times
-	if sb.kind != partHealth {
-		log = c.s
+	if sb.kind == partHealth {
+		return w.answeredHealth(ev, index)
 	}
 	if w.cur.seen != 0 && index < w.cur.seen {
 		c.s.noteReset()
 		c.restart()
 		w.epoch = nil
 	}
-	// A seeded query's first answer at or below the dump's index is
-	// its wait running out: its service did not change since.
-	quiet := sb.seed > 0 && w.cur.seen == 0 && !w.cur.reread && index != 0 && index <= sb.seed
-	moved := w.cur.answered(index, log, c.what(sb)) && !quiet
+	moved := w.cur.answered(index, c.s, c.what(sb))
 	ev.index = index
-	if sb.kind == partHealth && (moved || !w.have) {
-		// Only an answer that can differ is converted: most answers
-		// of a thousand services are waits that ran out.
-		ev.instances = convertEntries(ev.entries, c.dc, c.s.cfg.TagFilter)
-		c.converted.Add(1)
-	}
-	ev.entries = nil
 	if moved || !w.have {
-		var now any
-		switch sb.kind {
-		case partServices:
-			now = ev.services
-		case partNodes:
+		var now any = ev.services
+		if sb.kind == partNodes {
 			now = ev.nodes
-		default:
-			// A digest, not the instances: fetch holds them, and a
-			// second copy of every service's here would cost as much
-			// again.
-			now = digest(ev.instances)
 		}
 		ev.changed = !w.have || !reflect.DeepEqual(w.prev, now)
 		w.prev, w.have = now, true
-		if d, ok := now.([sha256.Size]byte); ok {
-			w.view = d
-		}
 	}
 	// Every answer goes to fetch: an unchanged one says the query is
 	// alive, and its index how recent the catalog is.
-	if !c.send(ctx, ev) {
-		return false
-	}
-	if w.behind != 0 && index != w.behind {
-		w.behind = 0 // the view moved: it follows its servers again
-	}
-	if w.verify || w.behind != 0 {
-		w.verify = false
-		lagging, changed, ok := c.checkView(ctx, sb, index, w.view, w.prev)
-		if ok {
-			if changed != nil {
-				w.prev = digest(changed.instances)
-				if !c.send(ctx, *changed) {
-					return false
-				}
-			}
-			w.behind = 0
-			if lagging {
-				w.behind = index
-			}
-		} else {
-			// Not known to follow its servers: poll it as a view that
-			// lags, and check again, until a check answers or it moves.
-			w.behind = index
-		}
-	}
-	return true
-}
-
-// behindPoll is how often a service is read from the servers while the
-// agent's view of it lags them.
-const behindPoll = 5 * time.Second
-
-// directTimeout bounds a read from the servers: it must not hold a
-// service's query longer than the agent's view would.
-const directTimeout = 3 * time.Second
-
-// checkView compares the agent's view of service sb at index (digest
-// view) with its servers', after a failure or while the view lags. The
-// agent serves a blocking health query from a streaming view, and keeps
-// serving that view's last state while its subscription retries: after a
-// partition heals, with a backoff that grew during the cut (up to a
-// minute in Consul 1.14), it answers at once with what it had before the
-// cut. A read without an index goes to the servers instead. lagging says
-// the servers differ from the view; changed is the servers' answer when
-// it differs from what was passed on (last), also when it agrees with the
-// view again after an earlier answer of theirs was passed on; ok is false
-// when the servers could not tell: their read failed, or the server that
-// answered is behind the view (restarted, still applying its log, it
-// answers from older state). The view then serves, and is checked again
-// at its next poll (behindPoll).
-func (c *splitCatalog) checkView(ctx context.Context, sb *sub, index uint64, view [sha256.Size]byte, last any) (lagging bool, changed *event, ok bool) {
-	insts, at, err := c.direct(ctx, sb.name)
-	if err != nil {
-		if ctx.Err() == nil {
-			c.s.log.Debug("reading a service from the servers failed; its view serves until the next check", "service", sb.name, "err", err)
-		}
-		return false, nil, false
-	}
-	if at < index {
-		c.s.log.Debug("the server that answered is behind the agent's view of a service; its view serves until the next check",
-			"service", sb.name, "view_index", index, "server_index", at)
-		return false, nil, false
-	}
-	d := digest(insts)
-	lagging = d != view
-	if lagging {
-		c.s.log.Debug("the agent's view of a service lags its servers; reading it from them until the view moves",
-			"service", sb.name, "view_index", index, "server_index", at)
-	}
-	if last == any(d) {
-		return lagging, nil, true
-	}
-	return lagging, &event{sub: sb, index: index, instances: insts, changed: true}, true
-}
-
-// direct reads the health of service name from the servers: without an
-// index (the agent answers only blocking queries from its view), and
-// stale, so that any server answers from its own state rather than
-// forward to a leader that may be gone. at is the answer's index.
-func (c *splitCatalog) direct(ctx context.Context, name string) (insts []model.Instance, at uint64, err error) {
-	select {
-	case c.directs <- struct{}{}:
-		defer func() { <-c.directs }()
-	case <-ctx.Done():
-		return nil, 0, ctx.Err()
-	}
-	ctx, cancel := context.WithTimeout(ctx, directTimeout)
-	defer cancel()
-	opts, cancelQ := c.s.queryOptions(ctx, c.dc, 0)
-	defer cancelQ()
-	opts.AllowStale = true
-	entries, meta, err := c.readHealth(opts, name, 0)
-	if err != nil {
-		return nil, 0, err
-	}
-	return convertEntries(entries, c.dc, c.s.cfg.TagFilter), meta.LastIndex, nil
+	return c.send(ctx, ev)
 }
 
 func (c *splitCatalog) send(ctx context.Context, ev event) bool {

@@ -245,9 +245,9 @@ func TestStatusExplainsErrors(t *testing.T) {
 	}
 }
 
-// An index that goes backwards (a restored snapshot, another server's stale
-// read) makes the watch read afresh instead of waiting on an index that
-// will not come back.
+// An index that goes backwards, which the servers confirm (a restored
+// snapshot, a Consul that started over), makes the watch read afresh
+// instead of waiting on an index that will not come back.
 func TestIndexGoingBackwardsStartsOver(t *testing.T) {
 	var (
 		mu      sync.Mutex
@@ -260,6 +260,11 @@ func TestIndexGoingBackwardsStartsOver(t *testing.T) {
 	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/health/service/s" {
 			stubCatalog(w, r)
+			return
+		}
+		if !r.URL.Query().Has("index") { // the servers, started over
+			w.Header().Set("X-Consul-Index", "6")
+			fmt.Fprint(w, healthOf("b"))
 			return
 		}
 		mu.Lock()
@@ -426,6 +431,11 @@ func TestARestartSeenByOneQueryRestartsTheOthers(t *testing.T) {
 			w.Header().Set("X-Consul-Index", "100")
 			fmt.Fprint(w, `{"s": []}`)
 		case "/v1/health/service/s":
+			if idx == "" { // the servers, started over
+				w.Header().Set("X-Consul-Index", "5")
+				fmt.Fprint(w, healthOf("b"))
+				return
+			}
 			mu.Lock()
 			health++
 			n := health
