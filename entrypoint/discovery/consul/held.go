@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -117,8 +116,14 @@ type heldHealth struct {
 	index        uint64 // waited on
 	deadline     time.Time
 	stopE, stopR func() bool
-	cut          atomic.Bool              // a restart or the agent's return closed it
-	conn         atomic.Pointer[heldConn] // what cut closes
+	// A cut (a restart, the agent's return) closes conn while the answer
+	// has not begun; once it has, the deadline bounds it, and its
+	// connection goes back to the pool when read: a cut then must not
+	// close a connection that another request may have taken.
+	mu    sync.Mutex
+	cut   bool
+	begun bool
+	conn  *heldConn
 }
 
 // holdHealth writes the health query of w's service, waiting on index,
@@ -161,7 +166,7 @@ func (c *splitCatalog) holdHealth(w *subWatch, index uint64, wait time.Duration)
 		s.finished.Add(1)
 		return nil, err
 	}
-	h.conn.Store(h.p.c)
+	h.conn = h.p.c        // before any cut can run
 	if w.cur.wait() > 0 { // a fresh read answers at once anyway
 		h.stopE = context.AfterFunc(w.epoch, h.cutShort)
 	}
@@ -170,12 +175,58 @@ func (c *splitCatalog) holdHealth(w *subWatch, index uint64, wait time.Duration)
 }
 
 func (h *heldHealth) cutShort() {
-	h.cut.Store(true)
-	h.conn.Load().Close()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cut = true
+	if !h.begun {
+		h.conn.Close()
+	}
+}
+
+// begin notes that the answer has begun on the connection held: a cut
+// leaves it alone from now on. It reports whether a cut came first.
+func (h *heldHealth) begin() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.begun = true
+	return h.cut
+}
+
+// rehold makes c the connection a cut closes until its answer begins,
+// and closes it if a cut came first.
+func (h *heldHealth) rehold(c *heldConn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.conn, h.begun = c, false
+	if h.cut {
+		c.Close()
+	}
 }
 
 // wait blocks until the answer begins (or the query fails).
 func (h *heldHealth) wait() { h.p.wait() }
+
+// resend writes the held query again on a new connection, where a new
+// query would go: to the current agent, or with several the next that can
+// be reached (the agent that closed the connection may be gone).
+func (h *heldHealth) resend() (*pending, error) {
+	s, p := h.s, h.p
+	if s.agents == nil {
+		return p.t.send(p.req, h.deadline)
+	}
+	var again *pending
+	err := s.agents.each(p.req.Context(), false, func(i int) (error, bool) {
+		req := p.req
+		if host := s.agents.hosts[i]; host != req.URL.Host {
+			req = req.Clone(req.Context())
+			req.URL.Host, req.Host = host, host
+		}
+		var err error
+		again, err = p.t.send(req, h.deadline)
+		return err, err == nil
+	})
+	return again, err
+}
 
 var answerBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
@@ -186,17 +237,16 @@ func (h *heldHealth) answer() ([]healthEntry, *api.QueryMeta, error) {
 	defer s.finished.Add(1)
 	defer h.stopE()
 	defer h.stopR()
+	cut := h.begin()
 	resp, err := p.answer()
-	if err != nil && p.replayable(err) && !h.cut.Load() && time.Now().Before(h.deadline) {
+	if err != nil && p.replayable(err) && !cut && time.Now().Before(h.deadline) {
 		// The agent closed the idle connection: once more on a new one,
 		// on this goroutine.
 		var again *pending
-		if again, err = p.t.send(p.req, h.deadline); err == nil {
-			h.conn.Store(again.c)
-			if h.cut.Load() {
-				again.c.Close()
-			}
+		if again, err = h.resend(); err == nil {
+			h.rehold(again.c)
 			again.wait()
+			h.begin()
 			resp, err = again.answer()
 		}
 	}

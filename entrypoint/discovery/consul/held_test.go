@@ -154,14 +154,15 @@ func TestAHeldHealthQueryIsTheClientsRequest(t *testing.T) {
 	}
 }
 
-// heldSource is a source on the agent at url and a sub-watch of service
-// web of its per-service catalog, ready for its next request.
-func heldSource(t *testing.T, url string) (*splitCatalog, *subWatch) {
+// heldSource is a source on the agent at url (or on agents, in order) and
+// a sub-watch of service web of its per-service catalog, ready for its
+// next request.
+func heldSource(t *testing.T, url string, agents ...string) (*splitCatalog, *subWatch) {
 	t.Helper()
 	t.Setenv("CONSUL_HTTP_ADDR", strings.TrimPrefix(url, "http://"))
 	t.Setenv("CONSUL_HTTP_TOKEN", "")
 	t.Setenv("CONSUL_HTTP_TOKEN_FILE", "")
-	s, err := New(Config{Watches: 8}, nil)
+	s, err := New(Config{Watches: 8, Agents: agents}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,5 +240,75 @@ func TestAHeldQueryIsCutShortByARestart(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a restart did not cut the held query short")
+	}
+}
+
+// With several agents, a held query that its agent closed unanswered on a
+// reused connection is sent again where a new query would go: that agent
+// is gone, so to the next one, as the client's failover did.
+func TestAReplayedHeldQueryFailsOverToTheNextAgent(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nX-Consul-Index: 5\r\nContent-Length: 2\r\n\r\n[]")
+		ln.Close() // the agent goes: it takes no new connection,
+		http.ReadRequest(br) // and answers nothing on this one
+	}()
+	next, _ := rawServer(t, func(c net.Conn, br *bufio.Reader) {
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nX-Consul-Index: 7\r\nContent-Length: 2\r\n\r\n[]")
+	})
+	first := ln.Addr().String()
+	c, w := heldSource(t, first, first, strings.TrimPrefix(next, "http://"))
+	if index, err := holdOnce(t, c, w, 1); err != nil || index != 5 {
+		t.Fatalf("the first answer: index %d, %v; want 5", index, err)
+	}
+	if index, err := holdOnce(t, c, w, 5); err != nil || index != 7 {
+		t.Fatalf("the query sent again: index %d, %v; want 7, from the next agent", index, err)
+	}
+}
+
+// A cut (Consul's restart, the agent's return) that comes once the answer
+// has begun leaves its connection alone: read to its end, the connection
+// went back to the pool, where the next request takes it. Before, such a
+// cut closed it under whichever request had taken it.
+func TestALateCutLeavesThePooledConnectionAlone(t *testing.T) {
+	url, conns := rawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nX-Consul-Index: 5\r\nContent-Length: 2\r\n\r\n[]")
+		}
+	})
+	c, w := heldSource(t, url)
+	h, err := c.holdHealth(w, 1, time.Minute)
+	if err != nil || h == nil {
+		t.Fatalf("holding the query: %v (%v)", err, h)
+	}
+	h.wait()
+	if _, _, err := h.answer(); err != nil {
+		t.Fatal(err)
+	}
+	h.cutShort() // as an AfterFunc that ran while the answer was read
+	if index, err := holdOnce(t, c, w, 1); err != nil || index != 5 {
+		t.Fatalf("the next query: index %d, %v", index, err)
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("%d connections, want 1: the cut closed the pooled connection", n)
 	}
 }
