@@ -3,6 +3,7 @@ package consul
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -164,7 +165,7 @@ func (c *splitCatalog) holdHealth(w *subWatch, index uint64, wait time.Duration)
 	}
 	if err != nil {
 		s.finished.Add(1)
-		return nil, err
+		return nil, fmt.Errorf("reading service %q: %w", sb.name, err)
 	}
 	h.conn = h.p.c        // before any cut can run
 	if w.cur.wait() > 0 { // a fresh read answers at once anyway

@@ -312,3 +312,22 @@ func TestALateCutLeavesThePooledConnectionAlone(t *testing.T) {
 		t.Errorf("%d connections, want 1: the cut closed the pooled connection", n)
 	}
 }
+
+// A held query that cannot be written says which service it was for, as a
+// query that failed later does.
+func TestAHeldQueryThatCannotBeSentNamesItsService(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nobody listens there any more
+	c, w := heldSource(t, "http://"+addr)
+	h, err := c.holdHealth(w, 1, time.Minute)
+	if err == nil || h != nil {
+		t.Fatalf("holding a query to %s: %v, %v; want an error", addr, h, err)
+	}
+	if !strings.Contains(err.Error(), `reading service "web"`) {
+		t.Errorf("the error does not name the service: %v", err)
+	}
+}
