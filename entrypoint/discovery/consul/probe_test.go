@@ -321,87 +321,21 @@ func TestAReadAfterAFailedHealthQueryUsesTheAgentsView(t *testing.T) {
 // lags, and follow the view again once it moves.
 func TestAViewThatLagsItsServersIsReadFromThem(t *testing.T) {
 	var (
-		broken, caught atomic.Bool
-		directs        atomic.Int32
+		caught  atomic.Bool
+		directs atomic.Int32
 	)
-	brokeCh, caughtCh, blocking := make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
-	view := func(index int, nodes ...string) (int, string) { return index, webHealth(nodes...) }
-	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
-		if webCatalog(w, r) {
-			return
+	r, broke := laggingView(t, func() viewAnswer {
+		if caught.Load() {
+			return viewAnswer{21, []string{"b", "c"}} // the view resubscribed, and c came since
 		}
-		q := r.URL.Query()
-		index := q.Get("index")
-		answer := func(i int, body string) {
-			w.Header().Set("X-Consul-Index", strconv.Itoa(i))
-			fmt.Fprint(w, body)
-		}
-		switch r.URL.Path {
-		case "/v1/health/service/web":
-			switch {
-			case !broken.Load() && (index == "" || index == "1"):
-				answer(view(10, "a"))
-			case !broken.Load(): // blocking until the partition
-				select {
-				case blocking <- struct{}{}:
-				default:
-				}
-				select {
-				case <-brokeCh:
-					http.Error(w, "No known Consul servers", http.StatusInternalServerError)
-				case <-r.Context().Done():
-				}
-			case index == "": // the servers: a left during the cut, b came
-				if q.Has("stale") {
-					http.Error(w, "a check reads from the leader: a server may be behind the view", http.StatusBadRequest)
-					return
-				}
-				directs.Add(1)
-				answer(view(20, "b"))
-			case caught.Load():
-				answer(view(21, "b", "c")) // the view resubscribed, and c came since
-			case index != "10": // the lagging view answers at once with what it had
-				answer(view(10, "a"))
-			default: // waiting on the lagging view: its wait runs out, or it catches up
-				d, err := time.ParseDuration(q.Get("wait"))
-				if err != nil {
-					http.Error(w, "no wait: "+err.Error(), http.StatusBadRequest)
-					return
-				}
-				select {
-				case <-time.After(d):
-					answer(view(10, "a"))
-				case <-caughtCh:
-					answer(view(21, "b", "c"))
-				case <-r.Context().Done():
-				}
-			}
-		default:
-			http.NotFound(w, r)
-		}
+		return viewAnswer{10, []string{"a"}}
+	}, func() viewAnswer {
+		directs.Add(1)
+		return viewAnswer{20, []string{"b"}} // the servers: a left during the cut, b came
 	})
-	r := startSource(t, addr, Config{}, model.LocalCatalog)
-	r.waitFor("web-a", func(s model.Snapshot) bool { return len(instances(s, "web")) == 1 })
-	select {
-	case <-blocking:
-	case <-time.After(wait):
-		t.Fatal("no blocking query on web")
-	}
-	broken.Store(true)
-	close(brokeCh)
+	close(broke)
 	cut := time.Now()
-	nodes := func() []string {
-		s, n := r.last()
-		if n == 0 {
-			return nil
-		}
-		var out []string
-		for _, in := range instances(s, "web") {
-			out = append(out, in.Node)
-		}
-		slices.Sort(out)
-		return out
-	}
+	nodes := func() []string { s, _ := r.last(); return webNodes(s) }
 	// The first backoff (250 ms at most), the view's answer and a read
 	// from the servers, with room for a busy machine.
 	testenv.Eventually(t, 3*time.Second, "web as its servers have it (b), not as the lagging view does (a)", func() bool {
@@ -415,8 +349,7 @@ func TestAViewThatLagsItsServersIsReadFromThem(t *testing.T) {
 		t.Fatalf("while the view lags: %v, want [b]", got)
 	}
 	caught.Store(true)
-	close(caughtCh)
-	testenv.Eventually(t, 3*time.Second, "the view followed again once it moved (c)", func() bool {
+	testenv.Eventually(t, 3*behindPoll, "the view followed again once it moved (c)", func() bool {
 		return slices.Equal(nodes(), []string{"b", "c"})
 	})
 }
