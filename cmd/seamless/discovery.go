@@ -216,6 +216,13 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 				Name: "seamless_consul_requests_total",
 				Help: "HTTP requests made to Consul (blocking queries count once each): the cost of discovery, independent of the number of unchanged services.",
 			}, func() float64 { return float64(c.Requests()) }))
+			for _, outcome := range consul.ViewCheckOutcomes {
+				m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+					Name:        "seamless_consul_view_checks_total",
+					Help:        "Checks of the agent's streaming view of a service against the leader (after a failed query, or an answer below what was passed on), by outcome: agreed; differed (the view lags or went back, the servers' answer is followed until it catches up); started_over (Consul's index went back on the servers too); unknown (no answer that could tell; checked again 5 s later).",
+					ConstLabels: prometheus.Labels{"outcome": outcome},
+				}, func() float64 { return float64(c.ViewChecks(outcome)) }))
+			}
 			for _, state := range []string{"listed", "watched"} {
 				m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 					Name:        "seamless_consul_services",

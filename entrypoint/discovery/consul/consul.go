@@ -117,6 +117,9 @@ type Source struct {
 	// started counts requests sent, finished those answered (or failed),
 	// received the bytes of the answers' bodies.
 	started, finished, received atomic.Uint64
+	// viewChecks counts the checks of agents' views against the servers,
+	// by outcome (viewcheck.go).
+	viewChecks [len(ViewCheckOutcomes)]atomic.Uint64
 
 	// changed wakes Run when an answer or the wanted set changed.
 	changed chan struct{}

@@ -263,8 +263,10 @@ func TestAReplayedHeldQueryFailsOverToTheNextAgent(t *testing.T) {
 			return
 		}
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nX-Consul-Index: 5\r\nContent-Length: 2\r\n\r\n[]")
-		ln.Close() // the agent goes: it takes no new connection,
-		http.ReadRequest(br) // and answers nothing on this one
+		// The agent goes: it takes no new connection, and answers
+		// nothing on this one.
+		ln.Close()
+		http.ReadRequest(br)
 	}()
 	next, _ := rawServer(t, func(c net.Conn, br *bufio.Reader) {
 		if _, err := http.ReadRequest(br); err != nil {

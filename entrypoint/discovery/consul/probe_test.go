@@ -407,19 +407,20 @@ func TestTheServersCheckOfAView(t *testing.T) {
 		reads  []viewAnswer // the servers' answers, in turn; the last repeats
 		checks int32        // reads of the servers at least
 		want   [][]string
+		counts map[string]bool // the outcomes counted (ViewChecks), at least once
 	}{
 		{"a failed check is made again", []viewAnswer{{10, a}}, []viewAnswer{{0, nil}, {20, []string{"b"}}}, 2,
-			[][]string{a, {"b"}}},
+			[][]string{a, {"b"}}, map[string]bool{"unknown": true, "differed": true}},
 		{"a server behind the view is not taken", []viewAnswer{{10, a}}, []viewAnswer{{5, []string{}}, {10, a}}, 2,
-			[][]string{a}},
+			[][]string{a}, map[string]bool{"unknown": true, "agreed": true}},
 		{"the servers agreeing with the view again are followed", []viewAnswer{{10, a}}, []viewAnswer{{20, []string{"b"}}, {30, a}}, 2,
-			[][]string{a, {"b"}, a}},
+			[][]string{a, {"b"}, a}, map[string]bool{"differed": true, "agreed": true}},
 		{"a view gone back to an older state is not followed", []viewAnswer{{5, []string{"a", "g"}}, {12, a}}, []viewAnswer{{10, a}}, 1,
-			[][]string{a}},
+			[][]string{a}, map[string]bool{"differed": true}},
 		{"a view gone back is not followed while the servers cannot tell", []viewAnswer{{5, []string{"a", "g"}}, {5, []string{"a", "g"}}, {12, a}}, []viewAnswer{{0, nil}}, 1,
-			[][]string{a}},
+			[][]string{a}, map[string]bool{"unknown": true}},
 		{"an older answer the servers confirm stands: Consul started over", []viewAnswer{{3, []string{"b"}}}, []viewAnswer{{3, []string{"b"}}}, 1,
-			[][]string{a, {"b"}}},
+			[][]string{a, {"b"}}, map[string]bool{"started_over": true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -446,6 +447,11 @@ func TestTheServersCheckOfAView(t *testing.T) {
 			}
 			if !slices.EqualFunc(got, tt.want, slices.Equal) {
 				t.Errorf("web was served on %v in turn; want %v", got, tt.want)
+			}
+			for _, o := range ViewCheckOutcomes {
+				if n := r.src.ViewChecks(o); (n > 0) != tt.counts[o] {
+					t.Errorf("%d checks counted %s; want some: %v", n, o, tt.counts[o])
+				}
 			}
 		})
 	}

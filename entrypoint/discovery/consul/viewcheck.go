@@ -25,6 +25,35 @@ import (
 // taken only when the servers too are below it: Consul started over.
 // Nothing is read from the servers while the view follows them.
 
+// ViewCheckOutcomes are the outcomes of a check of the agent's view of a
+// service against its servers, as ViewChecks counts them:
+//   - agreed: the servers agree with the view;
+//   - differed: they differ (a view that lags, or went back to an older
+//     state), and their answer is followed until the view catches up;
+//   - started_over: an answer below what was passed on, the servers below
+//     it too: Consul started over, and the answer stands;
+//   - unknown: the servers could not tell (their read failed, or a server
+//     behind the view answered): checked again at the view's next poll.
+var ViewCheckOutcomes = [...]string{"agreed", "differed", "started_over", "unknown"}
+
+const (
+	checkAgreed = iota
+	checkDiffered
+	checkStartedOver
+	checkUnknown
+)
+
+// ViewChecks returns how many checks of the agents' views against the
+// servers came to outcome (one of ViewCheckOutcomes; 0 for another).
+func (s *Source) ViewChecks(outcome string) uint64 {
+	for i, o := range ViewCheckOutcomes {
+		if o == outcome {
+			return s.viewChecks[i].Load()
+		}
+	}
+	return 0
+}
+
 // behindPoll is how often a service is read from the servers while its
 // view is not followed.
 const behindPoll = 5 * time.Second
@@ -99,6 +128,7 @@ func (w *subWatch) answeredHealth(ev event, index uint64) bool {
 		// next poll. Meanwhile a view that was followed still is; one
 		// that was not, or that answers below what was passed on, is
 		// not.
+		c.s.viewChecks[checkUnknown].Add(1)
 		why := "the server that answered is behind the view"
 		if err != nil {
 			why = err.Error()
@@ -115,12 +145,14 @@ func (w *subWatch) answeredHealth(ev event, index uint64) bool {
 		// The servers are below what was passed on too: Consul started
 		// over, and the view's answer stands (the removal guard holds
 		// what it drops).
+		c.s.viewChecks[checkStartedOver].Add(1)
 		c.s.noteReset()
 		c.restart()
 		w.epoch = nil
 		tr.catchUp, tr.haveServers = 0, false
 		return w.follow(ev, index, moved)
 	case d == tr.view:
+		c.s.viewChecks[checkAgreed].Add(1)
 		tr.catchUp, tr.haveServers = 0, false
 		switch {
 		case followed:
@@ -132,6 +164,7 @@ func (w *subWatch) answeredHealth(ev event, index uint64) bool {
 		}
 		return w.follow(ev, index, moved)
 	}
+	c.s.viewChecks[checkDiffered].Add(1)
 	c.s.log.Debug("the agent's view of a service differs from its servers; following them until the view catches up",
 		"service", sb.name, "view_index", index, "server_index", at, "older_than_passed_on", older)
 	// The view must move past where it stands and reach the servers'
