@@ -18,6 +18,7 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -207,6 +208,7 @@ func TestFleetUnderChaos(t *testing.T) {
 		})
 		t.Logf("replica3 serves what changed during the cut %s after its source was up", time.Since(back).Round(100*time.Millisecond))
 		k.converged(t, "healed")
+		k.logViewChecks(t)
 		t.Logf("after the heal the fleet converged in %s", time.Since(healed).Round(100*time.Millisecond))
 		k.stop(retired)
 		testenv.Eventually(t, 30*time.Second, "replica3's /readyz plain ok again", func() bool {
@@ -230,6 +232,7 @@ func TestFleetUnderChaos(t *testing.T) {
 			})
 		}
 		k.converged(t, "servers restarted")
+		k.logViewChecks(t)
 		noFailures(t, "rolling restart")
 		k.atRest(t)
 	})
@@ -385,6 +388,21 @@ func (k *cluster) convergedOn(t *testing.T, step string, rs []*replica, agents [
 		for _, a := range agents {
 			t.Logf("%s converged slowly: logs of %s:\n%s", step, a.name, k.logs(a, "40"))
 		}
+	}
+}
+
+// logViewChecks logs, for each replica, how its checks of its agent's
+// view against the leader came out so far: whether a scenario made views
+// lag or go back, and the source follow the leader instead.
+func (k *cluster) logViewChecks(t *testing.T) {
+	t.Helper()
+	for _, r := range k.replicas {
+		var counts []string
+		for _, o := range []string{"agreed", "differed", "started_over", "unknown"} {
+			n := testenv.Metric(t, r.status, `seamless_consul_view_checks_total{outcome="`+o+`"}`)
+			counts = append(counts, fmt.Sprintf("%s %.0f", o, n))
+		}
+		t.Logf("%s: view checks so far: %s", r.name, strings.Join(counts, ", "))
 	}
 }
 
