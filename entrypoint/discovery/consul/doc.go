@@ -31,7 +31,12 @@
 // change of that service and cached; the Catalog is put together from the
 // cached parts, so a change to one instance costs one request and one
 // service's bytes (a check change does not move the service list), and a
-// change to a node check wakes the services of that node.
+// change to a node check wakes the services of that node. The view is
+// not always the cluster's (it lags after a partition, and goes back to
+// an older state when it resubscribes to a server still applying its
+// log): after a failure, and when an answer is below what was passed on,
+// the service is read from the leader and the view is followed again only
+// once it has caught up (viewcheck.go).
 //
 // The start (seed.go): with many services to watch (defaultSeedAt, and at
 // least half of those listed), the first answer of every health query
