@@ -105,6 +105,7 @@ func (w *subWatch) loop(h *heldHealth) {
 func (w *subWatch) prepare() {
 	if w.epoch != nil && w.epoch.Err() != nil {
 		w.cur.failed() // another sub-watch saw Consul restart
+		w.trail.restarted = true
 	}
 	w.epoch = w.c.restartCtx()
 	w.recovery, w.reconnection = w.c.s.probe.recovery(), w.c.s.probe.reconnection()

@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -469,4 +471,70 @@ func TestARestartSeenByOneQueryRestartsTheOthers(t *testing.T) {
 		// came depends on the scheduler; either way a fresh read follows.
 		return reset >= 0 && slices.Contains(services[reset:], "")
 	})
+}
+
+// When Consul starts over, the query that sees it first (its index went
+// back, and the leader's too) makes every other query read afresh; their
+// answers, below what they had, are Consul's new state: they are taken as
+// such, without asking the leader again and without restarting the others
+// once more. Each restart cuts every held query, so before, n services
+// cost about n²/2 fresh reads and n reads of the leader.
+func TestARestartIsAnnouncedOnce(t *testing.T) {
+	const n = 20
+	var (
+		reset          atomic.Bool
+		resetCh        = make(chan struct{})
+		fresh, leaders atomic.Int32 // after the reset
+	)
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("s%02d", i)
+	}
+	health := func(w http.ResponseWriter, name string, index int) {
+		w.Header().Set("X-Consul-Index", strconv.Itoa(index))
+		fmt.Fprintf(w, `[{"Node": {"Node": "a", "Datacenter": "dc9"}, "Service": {"ID": %q, "Service": %q}, "Checks": []}]`, name, name)
+	}
+	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		idx := r.URL.Query().Get("index")
+		name, isHealth := strings.CutPrefix(r.URL.Path, "/v1/health/service/")
+		switch {
+		case !isHealth && idx == "":
+			w.Header().Set("X-Consul-Index", "100")
+			if r.URL.Path == "/v1/catalog/nodes" {
+				fmt.Fprint(w, `[{"Node": "a", "Datacenter": "dc9"}]`)
+				return
+			}
+			fmt.Fprintf(w, `{"%s": []}`, strings.Join(names, `": [], "`))
+		case !isHealth:
+			<-r.Context().Done() // the lists do not change
+		case idx == "": // the leader, started over
+			leaders.Add(1)
+			health(w, name, 5)
+		case idx == "1" && reset.Load():
+			fresh.Add(1)
+			health(w, name, 5)
+		case idx == "1":
+			health(w, name, 100)
+		case idx == "100" && name == names[0]:
+			select {
+			case <-r.Context().Done():
+			case <-resetCh:
+				health(w, name, 5) // the first to see Consul start over
+			}
+		default:
+			<-r.Context().Done() // the new Consul will not reach 100 for long
+		}
+	})
+	r := startSource(t, addr, Config{Watches: n + 16}, model.LocalCatalog)
+	r.steady(watching(n))
+	reset.Store(true)
+	close(resetCh)
+	testenv.Eventually(t, wait, "every service read afresh", func() bool { return fresh.Load() >= n })
+	r.steady(watching(n))
+	if got := fresh.Load(); got != n {
+		t.Errorf("%d fresh reads after the reset for %d services; want %d, one each", got, n, n)
+	}
+	if got := leaders.Load(); got != 1 {
+		t.Errorf("the leader was read %d times after the reset; want once, by the query that saw it first", got)
+	}
 }

@@ -73,6 +73,10 @@ type viewTrail struct {
 	catchUp     uint64
 	servers     [sha256.Size]byte
 	haveServers bool
+	// restarted: the query reads afresh because another saw Consul start
+	// over (a restart that the leader confirmed, or the lists' index went
+	// back): an answer below what was passed on is Consul's new state.
+	restarted bool
 }
 
 // answeredHealth takes an answer of the agent's view of a service at
@@ -97,10 +101,17 @@ func (w *subWatch) answeredHealth(ev event, index uint64) bool {
 		return c.send(ctx, ev)
 	}
 	older := w.have && index < tr.passedAt
-	verify := tr.verify
-	tr.verify = false
+	verify, restarted := tr.verify, tr.restarted
+	tr.verify, tr.restarted = false, false
 	followed := false
 	switch {
+	case older && restarted:
+		// Announced already: taken as Consul's new state, without asking
+		// the leader again, nor restarting the others once more (each
+		// restart cuts every held query).
+		c.s.noteReset()
+		tr.catchUp, tr.haveServers = 0, false
+		return w.follow(ev, index, moved)
 	case older:
 	case tr.catchUp != 0 && (index >= tr.catchUp || tr.haveServers && tr.view == tr.servers):
 		tr.catchUp, tr.haveServers = 0, false // caught up
