@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seamless-lb/seamless/entrypoint/discovery/consul"
 	"github.com/seamless-lb/seamless/integration/loadgen"
 	"github.com/seamless-lb/seamless/internal/testenv"
 )
@@ -312,7 +313,7 @@ func (k *cluster) convergedOn(t *testing.T, step string, rs []*replica, agents [
 	t.Helper()
 	want := k.want()
 	start := time.Now()
-	k.until(t, 90*time.Second, step+": every agent's catalog has exactly the running backends, passing", func() bool {
+	testenv.EventuallyExplained(t, 90*time.Second, step+": every agent's catalog has exactly the running backends, passing", func() bool {
 		for _, a := range agents {
 			if !equalSets(k.catalog(a), want) {
 				return false
@@ -332,7 +333,7 @@ func (k *cluster) convergedOn(t *testing.T, step string, rs []*replica, agents [
 		servesAt[i] = -1
 	}
 	var shas, members []string
-	k.until(t, convergeBound, step+": every replica serves them, with one members fingerprint", func() bool {
+	testenv.EventuallyExplained(t, convergeBound, step+": every replica serves them, with one members fingerprint", func() bool {
 		for i, a := range agents {
 			if viewAt[i] < 0 && equalSets(k.streamingView(a), want) {
 				viewAt[i] = time.Since(settled)
@@ -398,26 +399,11 @@ func (k *cluster) logViewChecks(t *testing.T) {
 	t.Helper()
 	for _, r := range k.replicas {
 		var counts []string
-		for _, o := range []string{"agreed", "differed", "started_over", "unknown"} {
+		for _, o := range consul.ViewCheckOutcomes {
 			n := testenv.Metric(t, r.status, `seamless_consul_view_checks_total{outcome="`+o+`"}`)
 			counts = append(counts, fmt.Sprintf("%s %.0f", o, n))
 		}
 		t.Logf("%s: view checks so far: %s", r.name, strings.Join(counts, ", "))
-	}
-}
-
-// until is testenv.Eventually that, before it fails the test, has
-// explain log what the wait was for: a scenario's failure in CI must say
-// which replica or agent lagged, not only that one did.
-func (k *cluster) until(t *testing.T, timeout time.Duration, msg string, cond func() bool, explain func()) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			explain()
-			t.Fatalf("timed out after %s: %s", timeout, msg)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

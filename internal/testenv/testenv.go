@@ -76,9 +76,20 @@ func Addr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p
 // fails the test with msg when timeout passes first.
 func Eventually(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
 	t.Helper()
+	EventuallyExplained(t, timeout, msg, cond, nil)
+}
+
+// EventuallyExplained is Eventually that, when the wait fails, first has
+// explain (if not nil) log what it was waiting for: a failure in CI must
+// say what lagged, not only that something did.
+func EventuallyExplained(t testing.TB, timeout time.Duration, msg string, cond func() bool, explain func()) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
+			if explain != nil {
+				explain()
+			}
 			t.Fatalf("timed out after %s: %s", timeout, msg)
 		}
 		time.Sleep(5 * time.Millisecond)
