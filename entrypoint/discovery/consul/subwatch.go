@@ -105,7 +105,7 @@ func (w *subWatch) loop(h *heldHealth) {
 func (w *subWatch) prepare() {
 	if w.epoch != nil && w.epoch.Err() != nil {
 		w.cur.failed() // another sub-watch saw Consul restart
-		w.trail.restarted = true
+		w.trail.restarted = w.sb.kind == partHealth
 	}
 	w.epoch = w.c.restartCtx()
 	w.recovery, w.reconnection = w.c.s.probe.recovery(), w.c.s.probe.reconnection()
@@ -134,6 +134,15 @@ func (w *subWatch) end() {
 	w.cancel()
 }
 
+// startOver acts on Consul having started over: the removal guard holds
+// what goes next, and every other query reads afresh (this one is not cut
+// by its own restart).
+func (w *subWatch) startOver() {
+	w.c.s.noteReset()
+	w.c.restart()
+	w.epoch = nil
+}
+
 // answered takes an answer; false when the context ended.
 func (w *subWatch) answered(ev event, index uint64) bool {
 	c, ctx, sb := w.c, w.ctx, w.sb
@@ -141,9 +150,7 @@ func (w *subWatch) answered(ev event, index uint64) bool {
 		return w.answeredHealth(ev, index)
 	}
 	if w.cur.seen != 0 && index < w.cur.seen {
-		c.s.noteReset()
-		c.restart()
-		w.epoch = nil
+		w.startOver()
 	}
 	moved := w.cur.answered(index, c.s, c.what(sb))
 	ev.index = index

@@ -157,9 +157,7 @@ func (w *subWatch) answeredHealth(ev event, index uint64) bool {
 		// over, and the view's answer stands (the removal guard holds
 		// what it drops).
 		c.s.viewChecks[checkStartedOver].Add(1)
-		c.s.noteReset()
-		c.restart()
-		w.epoch = nil
+		w.startOver()
 		tr.catchUp, tr.haveServers = 0, false
 		return w.follow(ev, index, moved)
 	case d == tr.view:
