@@ -255,7 +255,9 @@ func buildService(insts []model.Instance, p Policy, sk *skips) (candidate, bool)
 	}
 	type hp struct{ host, path string }
 	var routes []hp
-	c := candidate{name: name, rank: math.MaxInt}
+	// Room for every instance: the list is kept while the service does
+	// not change, and append's growth would keep up to half as much again.
+	c := candidate{name: name, rank: math.MaxInt, servers: make([]Server, 0, len(insts))}
 	for _, in := range insts {
 		if err := model.CheckInstance(in); err != nil {
 			sk.add(RefusedInstance, name, instanceLabel(in), err.Error()+"; instance left out")
