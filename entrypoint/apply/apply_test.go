@@ -516,3 +516,31 @@ func TestHistoryKeepsTheLatestApplies(t *testing.T) {
 		t.Errorf("second record %+v, want the reload", h[1])
 	}
 }
+
+// A rendering found unchanged becomes the one behind the running bytes,
+// and those bytes are its own: the renderer keeps its backends' texts in
+// the newest rendering, so keeping the older array too held the
+// configuration twice (7.5 MB more at 10,000 services × 10).
+func TestAnUnchangedRenderingHoldsTheRunningBytesOnce(t *testing.T) {
+	src := newSource("consul")
+	r := newRig(t, t.TempDir(), lines{}, src)
+	src.send("web=10.0.0.1")
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	src.ch <- model.Snapshot{Source: "consul", Results: map[model.Query]model.Result{model.LocalCatalog: {Catalog: &model.Catalog{Instances: []model.Instance{
+		{Source: "consul", Name: "web", ID: "10.0.0.1", Address: "10.0.0.1", Port: 80, Status: model.StatusPassing, Meta: map[string]string{"v": "2"}},
+	}}}}}
+	testenv.Eventually(t, 5*time.Second, "the meta change is found unchanged", func() bool {
+		return testutil.ToFloat64(r.m.Applies.WithLabelValues(metrics.Unchanged)) == 1
+	})
+	cancel()
+	<-done // the applier's fields are the test's from here
+	if len(r.a.running) == 0 || &r.a.running[0] != &r.a.runRend.Config[0] {
+		t.Error("the running bytes are not the array of the rendering behind them")
+	}
+}
