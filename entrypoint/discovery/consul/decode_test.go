@@ -80,7 +80,7 @@ func TestAnIdleHealthAnswerIsNotDecoded(t *testing.T) {
 	res := testing.Benchmark(func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
-			if _, index, err := c.read(ctx, sb, 42, 0); err != nil || index != 42 {
+			if _, index, err := c.read(ctx, sb, 42, 0, [32]byte{}, false); err != nil || index != 42 {
 				b.Fatalf("read: %d %v", index, err)
 			}
 		}
@@ -105,7 +105,7 @@ func TestHealthDecodedLeanEqualsTheAPIs(t *testing.T) {
 	for _, tag := range []string{"", "v1"} {
 		want := convertEntries(entriesFromAPI(viaAPI), "dc1", tag)
 		c, sb := healthReader(t, body, tag)
-		ev, _, err := c.read(context.Background(), sb, 41, 0)
+		ev, _, err := c.read(context.Background(), sb, 41, 0, [32]byte{}, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +129,7 @@ func BenchmarkReadingAMovedHealthAnswer(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		ev, _, err := c.read(ctx, sb, 41, 0)
+		ev, _, err := c.read(ctx, sb, 41, 0, [32]byte{}, false)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -168,5 +168,55 @@ func TestAnAnswersInstancesShareTheStringsTheyRepeat(t *testing.T) {
 				t.Errorf("instance %s keeps a copy of the %s %q", in.ID, what, pair[1])
 			}
 		}
+	}
+}
+
+// The service list's index moves at every registration anywhere; a list
+// whose bytes are those passed on last is not decoded again (10,000
+// services' tags: 4 MB at every change).
+func TestAnUnchangedServiceListIsNotDecoded(t *testing.T) {
+	list := map[string][]string{}
+	for i := range 2000 {
+		list[fmt.Sprintf("svc-%d", i)] = []string{fmt.Sprintf("seamless.http.host=svc-%d.example", i)}
+	}
+	body, err := json.Marshal(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := healthReader(t, body, "")
+	sb := &sub{kind: partServices}
+	ctx := context.Background()
+	first, _, err := c.read(ctx, sb, 41, 0, [32]byte{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(first.services, list) {
+		t.Fatalf("first list: %d services, want %d", len(first.services), len(list))
+	}
+	again, _, err := c.read(ctx, sb, 41, 0, first.listed, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.services != nil || again.listed != first.listed {
+		t.Errorf("the same list: decoded %d services (digest equal: %v); want none decoded", len(again.services), again.listed == first.listed)
+	}
+	other, _, err := c.read(ctx, sb, 41, 0, [32]byte{1}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(other.services, list) {
+		t.Errorf("a list other than the one passed on: %d services decoded, want %d", len(other.services), len(list))
+	}
+	res := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if _, _, err := c.read(ctx, sb, 41, 0, first.listed, true); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// What is left: the API's decoder's buffer, twice the body.
+	if n := res.AllocedBytesPerOp(); n > int64(4*len(body)) {
+		t.Errorf("reading the same list of %d bytes allocated %d bytes; want at most %d", len(body), n, 4*len(body))
 	}
 }

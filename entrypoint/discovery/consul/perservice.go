@@ -69,7 +69,8 @@ type event struct {
 	err       error
 	changed   bool
 	index     uint64 // of the answer
-	services  map[string][]string
+	services  map[string][]string // nil when the list is the one passed on last (listed)
+	listed    [32]byte            // the service list's digest
 	nodes     []model.Node
 	dcName    string
 	instances []model.Instance
