@@ -251,7 +251,16 @@ type pending struct {
 func (t *connTransport) send(req *http.Request, deadline time.Time) (*pending, error) {
 	ctx := req.Context()
 	key := hostPort(req)
-	c, reused, err := t.get(ctx, key, req)
+	dctx := ctx
+	if !deadline.IsZero() {
+		// A dial ends with the query's deadline too: a replay's dial to
+		// an agent that does not answer must not outlive the query by
+		// the dialer's own timeout.
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	c, reused, err := t.get(dctx, key, req)
 	if err != nil {
 		return nil, err
 	}

@@ -380,3 +380,32 @@ func TestHeldConnDialsTheURLsHostAndPort(t *testing.T) {
 		}
 	}
 }
+
+// A held query's connection is dialled within its deadline: a replay to
+// an agent whose address does not answer gave up only at the dialer's
+// own timeout (3 s with several agents, 30 s with one), after the query
+// was due.
+func TestAHeldQueryDialsWithinItsDeadline(t *testing.T) {
+	ct := newConnTransport(http.DefaultTransport.(*http.Transport).Clone(), 1)
+	ct.dial = func(ctx context.Context, _, _ string) (net.Conn, error) {
+		<-ctx.Done() // an address that never answers
+		return nil, ctx.Err()
+	}
+	req, err := http.NewRequest(http.MethodGet, "http://192.0.2.1:8500/v1/health/service/web?index=5", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := ct.send(req, time.Now().Add(50*time.Millisecond))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("send: %v, want the deadline's error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the dial outlived the held query's deadline by 10 s")
+	}
+}
