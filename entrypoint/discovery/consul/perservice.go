@@ -68,7 +68,7 @@ type event struct {
 	sub       *sub
 	err       error
 	changed   bool
-	index     uint64 // of the answer
+	index     uint64              // of the answer
 	services  map[string][]string // nil when the list is the one passed on last (listed)
 	listed    [32]byte            // the service list's digest
 	nodes     []model.Node
