@@ -108,6 +108,10 @@ type Source struct {
 	addr0   string // scheme://host:port of the one agent, for messages
 	// agents moves requests between several agents; nil with one.
 	agents *failoverTransport
+	// holdsAll: conns serves every agent (none is reached through a
+	// proxy), so that a held query may move between them; learnt once.
+	holdsAll     bool
+	holdsAllOnce sync.Once
 	// probe asks the agent for its leader, and wakes backed-off queries
 	// when it is back.
 	probe *agentProbe

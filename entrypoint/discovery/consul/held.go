@@ -144,7 +144,7 @@ func (c *splitCatalog) holdHealth(w *subWatch, index uint64, wait time.Duration)
 		return s.request.health(w.ctx, host, c.dc, sb.name, s.cfg.TagFilter, s.cfg.Stale, index, wait)
 	}
 	req := request(s.request.address)
-	if !s.conns.serves(req) {
+	if !s.conns.serves(req) || s.agents != nil && !s.servesEveryAgent() {
 		return nil, nil
 	}
 	// queryOptions' timeout, index being at least 1.
@@ -173,6 +173,21 @@ func (c *splitCatalog) holdHealth(w *subWatch, index uint64, wait time.Duration)
 	}
 	h.stopR = context.AfterFunc(w.reconnection, h.cutShort)
 	return h, nil
+}
+
+// servesEveryAgent reports whether conns serves requests to each agent:
+// a held query fails over from one to the next on conns itself, which
+// must not reach directly an agent the proxy rule (NO_PROXY) sends
+// through a proxy. The rule is the environment's, read once.
+func (s *Source) servesEveryAgent() bool {
+	s.holdsAllOnce.Do(func() {
+		s.holdsAll = true
+		for _, host := range s.agents.hosts {
+			r := &http.Request{Method: http.MethodGet, URL: &url.URL{Scheme: s.agents.scheme, Host: host}, Header: http.Header{}}
+			s.holdsAll = s.holdsAll && s.conns.serves(r)
+		}
+	})
+	return s.holdsAll
 }
 
 func (h *heldHealth) cutShort() {

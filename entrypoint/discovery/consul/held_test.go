@@ -333,3 +333,28 @@ func TestAHeldQueryThatCannotBeSentNamesItsService(t *testing.T) {
 		t.Errorf("the error does not name the service: %v", err)
 	}
 }
+
+// With several agents, a query is held only when the proxy rule sends
+// none of them through a proxy: a held query fails over on its own
+// connections, and would reach directly an agent that NO_PROXY does not
+// name. Before, only the first agent was asked.
+func TestAHeldQueryIsNotHeldWhenAnotherAgentIsProxied(t *testing.T) {
+	url, _ := rawServer(t, func(c net.Conn, br *bufio.Reader) {
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nX-Consul-Index: 5\r\nContent-Length: 2\r\n\r\n[]")
+	})
+	first, second := strings.TrimPrefix(url, "http://"), "127.0.0.1:1"
+	c, w := heldSource(t, url, first, second)
+	// The environment's rule is read once per process; this one proxies
+	// the second agent alone, as NO_PROXY=127.0.0.1:<first port> would.
+	c.s.conns.proxied = func(r *http.Request) bool { return r.URL.Host == second }
+	h, err := c.holdHealth(w, 1, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h != nil {
+		t.Error("the query was held, though the second agent is reached through a proxy")
+	}
+}
