@@ -18,9 +18,7 @@ import (
 func TestTheSpeedupIsProbedWithoutTheUserConfiguration(t *testing.T) {
 	bin := testenv.HAProxy(t)
 	rp := startReaper(t)
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "haproxy.cfg")
-	writeConfig(t, cfg, testenv.FreePort(t), "")
+	dir, cfg, cl := speedupConfig(t)
 	var mu sync.Mutex
 	var runs [][]string
 	run := func(ctx context.Context, argv, env []string) ([]byte, reaper.Status, error) {
@@ -28,10 +26,6 @@ func TestTheSpeedupIsProbedWithoutTheUserConfiguration(t *testing.T) {
 		runs = append(runs, argv)
 		mu.Unlock()
 		return rp.Output(ctx, argv, env)
-	}
-	cl, err := ParseCommandLine([]string{"-f", cfg}, filepath.Join(dir, "master.sock"))
-	if err != nil {
-		t.Fatal(err)
 	}
 	v := &Validator{Bin: bin, Args: cl.CheckArgs(), Env: os.Environ(), Run: run}
 	speedup := filepath.Join(dir, "check-speedup.cfg")
@@ -63,17 +57,11 @@ func TestTheSpeedupIsProbedWithoutTheUserConfiguration(t *testing.T) {
 func TestAnHAProxyWithoutTheSpeedupValidatesAtFullCost(t *testing.T) {
 	bin := testenv.HAProxy(t)
 	rp := startReaper(t)
-	dir := t.TempDir()
+	dir, _, cl := speedupConfig(t)
 	// A wrapper that refuses the keyword, as HAProxy before 2.5 does.
 	old := filepath.Join(dir, "old-haproxy")
 	script := "#!/bin/sh\nfor a; do case \"$a\" in *check-speedup.cfg) echo \"[ALERT]    (1) : config : parsing [$a:3] : unknown keyword 'httpclient.ssl.verify' in 'global' section\"; exit 1;; esac; done\nexec " + bin + " \"$@\"\n"
 	if err := os.WriteFile(old, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cfg := filepath.Join(dir, "haproxy.cfg")
-	writeConfig(t, cfg, testenv.FreePort(t), "")
-	cl, err := ParseCommandLine([]string{"-f", cfg}, filepath.Join(dir, "master.sock"))
-	if err != nil {
 		t.Fatal(err)
 	}
 	v := &Validator{Bin: old, Args: cl.CheckArgs(), Env: os.Environ(), Run: rp.Output}
@@ -87,4 +75,18 @@ func TestAnHAProxyWithoutTheSpeedupValidatesAtFullCost(t *testing.T) {
 	if err := got.Check(context.Background()); err != nil {
 		t.Errorf("the plain validator refuses a valid configuration: %v", err)
 	}
+}
+
+// speedupConfig writes a valid configuration into a new directory and
+// returns the directory, the file and its command line.
+func speedupConfig(t *testing.T) (dir, cfg string, cl *CommandLine) {
+	t.Helper()
+	dir = t.TempDir()
+	cfg = filepath.Join(dir, "haproxy.cfg")
+	writeConfig(t, cfg, testenv.FreePort(t), "")
+	cl, err := ParseCommandLine([]string{"-f", cfg}, filepath.Join(dir, "master.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, cfg, cl
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 
@@ -260,11 +261,11 @@ func WithSpeedup(ctx context.Context, v *Validator, cl *CommandLine, base []stri
 	}
 	defer os.Remove(probe)
 	p := &Validator{Bin: v.Bin, Env: v.Env, Run: v.Run,
-		Args: append(append([]string{"-c", "-W"}, base...), "-f", path, "-f", probe)}
+		Args: (&CommandLine{}).CheckArgs(append(slices.Clone(base), "-f", path, "-f", probe)...)}
 	if err := p.Check(ctx); err != nil {
 		return v, fmt.Errorf("this HAProxy refuses %q: %w", strings.TrimSpace(CheckSpeedup), err)
 	}
 	fast := *v
-	fast.Args = cl.CheckArgs(append(append([]string{}, base...), "-f", path)...)
+	fast.Args = cl.CheckArgs(append(slices.Clone(base), "-f", path)...)
 	return &fast, nil
 }
