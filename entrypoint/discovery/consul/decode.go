@@ -76,15 +76,14 @@ func (h *healthBody) UnmarshalJSON(b []byte) error {
 // passed on last (Consul writes a map's keys in order, so the same list is
 // the same bytes).
 type listBody struct {
-	passed   [32]byte
-	skip     bool // passed is set
+	passed   *[32]byte // nil: none passed on yet
 	digest   [32]byte
 	services map[string][]string
 }
 
 func (l *listBody) UnmarshalJSON(b []byte) error {
 	l.digest = sha256.Sum256(b)
-	if l.skip && l.digest == l.passed {
+	if l.passed != nil && l.digest == *l.passed {
 		return nil
 	}
 	return json.Unmarshal(b, &l.services)

@@ -80,7 +80,7 @@ func TestAnIdleHealthAnswerIsNotDecoded(t *testing.T) {
 	res := testing.Benchmark(func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
-			if _, index, err := c.read(ctx, sb, 42, 0, [32]byte{}, false); err != nil || index != 42 {
+			if _, index, err := c.read(ctx, sb, 42, 0, nil); err != nil || index != 42 {
 				b.Fatalf("read: %d %v", index, err)
 			}
 		}
@@ -105,7 +105,7 @@ func TestHealthDecodedLeanEqualsTheAPIs(t *testing.T) {
 	for _, tag := range []string{"", "v1"} {
 		want := convertEntries(entriesFromAPI(viaAPI), "dc1", tag)
 		c, sb := healthReader(t, body, tag)
-		ev, _, err := c.read(context.Background(), sb, 41, 0, [32]byte{}, false)
+		ev, _, err := c.read(context.Background(), sb, 41, 0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +129,7 @@ func BenchmarkReadingAMovedHealthAnswer(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		ev, _, err := c.read(ctx, sb, 41, 0, [32]byte{}, false)
+		ev, _, err := c.read(ctx, sb, 41, 0, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -186,21 +186,21 @@ func TestAnUnchangedServiceListIsNotDecoded(t *testing.T) {
 	c, _ := healthReader(t, body, "")
 	sb := &sub{kind: partServices}
 	ctx := context.Background()
-	first, _, err := c.read(ctx, sb, 41, 0, [32]byte{}, false)
+	first, _, err := c.read(ctx, sb, 41, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(first.services, list) {
 		t.Fatalf("first list: %d services, want %d", len(first.services), len(list))
 	}
-	again, _, err := c.read(ctx, sb, 41, 0, first.listed, true)
+	again, _, err := c.read(ctx, sb, 41, 0, &first.listed)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if again.services != nil || again.listed != first.listed {
 		t.Errorf("the same list: decoded %d services (digest equal: %v); want none decoded", len(again.services), again.listed == first.listed)
 	}
-	other, _, err := c.read(ctx, sb, 41, 0, [32]byte{1}, true)
+	other, _, err := c.read(ctx, sb, 41, 0, &[32]byte{1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestAnUnchangedServiceListIsNotDecoded(t *testing.T) {
 	res := testing.Benchmark(func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
-			if _, _, err := c.read(ctx, sb, 41, 0, first.listed, true); err != nil {
+			if _, _, err := c.read(ctx, sb, 41, 0, &first.listed); err != nil {
 				b.Fatal(err)
 			}
 		}

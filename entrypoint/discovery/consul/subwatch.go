@@ -70,8 +70,7 @@ func (w *subWatch) loop(h *heldHealth) {
 				}
 			}
 			if err == nil {
-				passed, skip := w.passedList()
-				ev, index, err = c.read(w.begin(), sb, w.cur.wait(), wait, passed, skip)
+				ev, index, err = c.read(w.begin(), sb, w.cur.wait(), wait, w.passedList())
 				w.end()
 			}
 		} else {
@@ -169,14 +168,13 @@ func (w *subWatch) answered(ev event, index uint64) bool {
 }
 
 // passedList is the digest of the service list passed on last, for read
-// to skip decoding the same list again; ok is false before any, and for
-// other queries.
-func (w *subWatch) passedList() (d [32]byte, ok bool) {
-	if w.sb.kind != partServices || !w.have {
-		return d, false
+// to skip decoding the same list again; nil before any, and for other
+// queries.
+func (w *subWatch) passedList() *[32]byte {
+	if d, ok := w.prev.([32]byte); ok && w.have && w.sb.kind == partServices {
+		return &d
 	}
-	d, ok = w.prev.([32]byte)
-	return d, ok
+	return nil
 }
 
 func (c *splitCatalog) send(ctx context.Context, ev event) bool {
@@ -220,7 +218,7 @@ func (c *splitCatalog) answerHealth(h *heldHealth) (event, uint64, error) {
 
 // read issues sb's query, waiting on index (for wait, or the configured
 // wait when 0), and converts its answer.
-func (c *splitCatalog) read(ctx context.Context, sb *sub, index uint64, wait time.Duration, passed [32]byte, skip bool) (event, uint64, error) {
+func (c *splitCatalog) read(ctx context.Context, sb *sub, index uint64, wait time.Duration, passed *[32]byte) (event, uint64, error) {
 	if sb.kind == partHealth {
 		index = healthIndex(index)
 	}
@@ -240,7 +238,7 @@ func (c *splitCatalog) read(ctx context.Context, sb *sub, index uint64, wait tim
 		// when it is not the list passed on last: every registration
 		// anywhere moves the list's index, and decoding 10,000 services'
 		// tags at every change cost 4 MB and a comparison of them.
-		body := listBody{passed: passed, skip: skip}
+		body := listBody{passed: passed}
 		meta, err = c.s.client.Raw().Query("/v1/catalog/services", &body, opts)
 		if err != nil {
 			return ev, 0, fmt.Errorf("listing services: %w", err)
