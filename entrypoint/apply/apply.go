@@ -241,9 +241,6 @@ func (a *Applier) apply(ctx context.Context, force bool) {
 	at.change = a.brief(at.why, describe(Change(a.applied, at.catalog), a.runRend, rend))
 	switch a.plan(&at) {
 	case unchanged:
-		// The same bytes: keep the new array, which the renderer's cache
-		// holds, and let the older one go.
-		a.running = at.rend.Config
 		a.took(at, metrics.Unchanged)
 	case refusedBefore:
 		a.log.Debug("configuration already refused, waiting for a different one", "why", at.why)

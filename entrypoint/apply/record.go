@@ -51,6 +51,10 @@ func (a *Applier) History() []Record {
 // follow, and the applier is ready once every source has answered.
 func (a *Applier) took(at attempt, how string) {
 	commit(at.rend)
+	// The running bytes are the rendering's own array (the same bytes when
+	// unchanged): the renderer's cache holds it, and an older one kept
+	// here would hold the configuration twice.
+	a.running = at.rend.Config
 	a.applied, a.runRend, a.ranFrom = at.catalog, &at.rend, maps.Clone(a.latest)
 	a.setIndexes(at.indexes)
 	a.countDiscovered()
