@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -67,6 +68,15 @@ type heldConn struct {
 	net.Conn
 	first    [1]byte
 	hasFirst bool
+	parked   atomic.Pointer[parkedConn] // while parked: what its Close wakes
+}
+
+// Close closes the connection and resumes a query parked on it.
+func (c *heldConn) Close() error {
+	if pc := c.parked.Load(); pc != nil {
+		pc.wake()
+	}
+	return c.Conn.Close()
 }
 
 func (c *heldConn) Read(p []byte) (int, error) {

@@ -25,8 +25,8 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) {
 }
 
 // subWatch is run's loop and what it keeps between answers. A held
-// health query's answer is waited for on a goroutine of its own
-// (held.go), which then goes on with the loop: the loop's state cannot
+// health query waits for its answer with no goroutine (park.go); the loop
+// goes on, on a new one, once the answer begins: the loop's state cannot
 // live in its frame.
 type subWatch struct {
 	c   *splitCatalog
@@ -65,7 +65,7 @@ func (w *subWatch) loop(h *heldHealth) {
 			if sb.kind == partHealth {
 				h, err = c.holdHealth(w, healthIndex(w.cur.wait()), wait)
 				if h != nil {
-					c.wg.Go(func() { h.wait(); w.loop(h) })
+					c.hold(w, h)
 					return
 				}
 			}
@@ -97,6 +97,20 @@ func (w *subWatch) loop(h *heldHealth) {
 		if !w.answered(ev, index) || !sleep(ctx, minInterval) {
 			return
 		}
+	}
+}
+
+// hold goes on with w's loop once h's answer begins: parked, without a
+// goroutine until then, where the connection allows.
+func (c *splitCatalog) hold(w *subWatch, h *heldHealth) {
+	c.wg.Add(1) // the parked query is one of the watches stop waits for
+	goOn := func() {
+		defer c.wg.Done()
+		h.wait()
+		w.loop(h)
+	}
+	if h.p.err != nil || !heldParker.park(h.p.c, h.deadline, func() { go goOn() }) {
+		go goOn()
 	}
 }
 
