@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -97,9 +98,11 @@ func (c *Challenges) write() error {
 
 // do sends cmd to the current worker: add map and del map answer nothing
 // on success. HAProxy may still be starting (the first hosts are ordered
-// at once): a master CLI that cannot be reached yet, or that has no
-// worker yet to pass the command to, is tried again for a while; nothing
-// was applied.
+// at once): a master CLI that cannot be reached yet, that has no worker
+// yet to pass the command to, or that reset the connection (before 3.1
+// the master re-executes itself once its first worker runs) is tried
+// again for a while. Sent twice, add map adds a second equal entry, which
+// answers alike and which del map removes with the first.
 func (c *Challenges) do(ctx context.Context, cmd string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -113,7 +116,7 @@ func (c *Challenges) do(ctx context.Context, cmd string) error {
 		case err == nil:
 			err = fmt.Errorf("HAProxy answered %s", describe(firstLine(a)))
 		}
-		if !dialFailed(err) && !noWorkerYet(a) {
+		if !dialFailed(err) && !noWorkerYet(a) && !errors.Is(err, syscall.ECONNRESET) {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		select {

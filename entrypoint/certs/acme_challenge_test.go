@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -26,6 +27,15 @@ func TestChallengeWaitsForTheMasterCLI(t *testing.T) {
 	t.Run("no worker yet", func(t *testing.T) {
 		challengeWaitsFor(t, func() (string, error) {
 			return "Can't find the target PID matching the prefix '@1'\n", nil
+		})
+	})
+	// Before 3.1 the master re-executes itself once its first worker
+	// runs, and resets the connections it had accepted (seen on HAProxy
+	// 3.0 in CI: the order failed and was retried a minute later).
+	t.Run("reset as the master re-executes", func(t *testing.T) {
+		challengeWaitsFor(t, func() (string, error) {
+			return "", fmt.Errorf("master CLI \"@1 add map\": %w",
+				&net.OpError{Op: "read", Net: "unix", Err: os.NewSyscallError("read", syscall.ECONNRESET)})
 		})
 	})
 }
