@@ -62,7 +62,7 @@ type fragments struct {
 	mu      sync.Mutex
 	globals view // globals() of the last rendering
 	cache   map[string]*fragment
-	spare   map[string]*fragment // the one before cache, emptied, to fill next
+	spare   map[string]*fragment // the one before cache, empty, to fill next
 	texts   [][]byte             // the last rendering's backends, reused
 	order   []*fragment          // the same backends' fragments
 	// executed counts the backends executed (not found in the cache).
@@ -130,7 +130,12 @@ func (f *fragments) backends(v view) ([][]byte, int, []byte, error) {
 		size += len(fr.text)
 		h.Write(fr.structure[:])
 	}
-	f.globals, f.cache, f.spare, f.texts, f.order = g, next, f.cache, texts, order
+	// The last cache becomes the next one to fill, emptied now: a changed
+	// backend's fragment in it is part of the last configuration, which
+	// it would keep whole.
+	spare := f.cache
+	clear(spare)
+	f.globals, f.cache, f.spare, f.texts, f.order = g, next, spare, texts, order
 	return texts, size, h.Sum(nil), nil
 }
 
