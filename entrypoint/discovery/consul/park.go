@@ -1,7 +1,9 @@
 package consul
 
 import (
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -18,11 +20,13 @@ import (
 type parker struct {
 	once sync.Once
 	epfd int
+	file *os.File // epfd, in the runtime's poller
 	ok   bool
 
 	mu     sync.Mutex
 	next   int32 // the last token given
 	parked map[int32]*parkedConn
+	broken bool // the loop ended: nothing is parked any more
 }
 
 // heldParker serves every Source: one epoll instance and one goroutine per
@@ -62,7 +66,7 @@ func (p *parker) start() bool {
 			f.Close()
 			return
 		}
-		p.epfd, p.ok, p.parked = fd, true, map[int32]*parkedConn{}
+		p.epfd, p.file, p.ok, p.parked = fd, f, true, map[int32]*parkedConn{}
 		go p.loop(f, rc) // for the process's life: it holds no thread
 	})
 	return p.ok
@@ -85,8 +89,7 @@ func (p *parker) loop(f *os.File, rc syscall.RawConn) {
 			return err != nil || n > 0 // none pending: wait for the next
 		})
 		if rerr != nil || err != nil {
-			// Not seen in practice: every parked query still ends by its
-			// deadline timer or its connection's close.
+			p.fail() // not seen in practice
 			return
 		}
 		for _, ev := range events[:n] {
@@ -97,6 +100,18 @@ func (p *parker) loop(f *os.File, rc syscall.RawConn) {
 				pc.wake()
 			}
 		}
+	}
+}
+
+// fail ends parking: the queries parked go on waiting on goroutines of
+// their own, as every later one does, instead of until their deadlines.
+func (p *parker) fail() {
+	p.mu.Lock()
+	p.broken = true
+	parked := slices.Collect(maps.Values(p.parked))
+	p.mu.Unlock()
+	for _, pc := range parked {
+		pc.wake()
 	}
 }
 
@@ -115,6 +130,10 @@ func (p *parker) park(c *heldConn, deadline time.Time, resume func()) bool {
 	}
 	pc := &parkedConn{p: p, c: c, resume: resume}
 	p.mu.Lock()
+	if p.broken {
+		p.mu.Unlock()
+		return false
+	}
 	for { // tokens wrap; one still parked is skipped
 		p.next++
 		if _, taken := p.parked[p.next]; !taken {

@@ -170,3 +170,21 @@ func TestAConnectionWithoutADescriptorIsNotParked(t *testing.T) {
 		t.Error("a connection that was not parked would wake a query")
 	}
 }
+
+// Should the parker's wait fail, the queries parked go on waiting on
+// goroutines of their own at once, not until their deadlines, and no
+// query is parked any more.
+func TestParkedQueriesGoOnWhenTheParkerFails(t *testing.T) {
+	var p parker
+	held, _ := tcpPair(t)
+	resumed := make(chan struct{})
+	if !p.park(held, time.Time{}, func() { close(resumed) }) {
+		t.Fatal("a TCP connection was not parked")
+	}
+	p.file.Close() // the loop's wait fails
+	resumedWithin(t, resumed, "when the parker failed")
+	other, _ := tcpPair(t)
+	if p.park(other, time.Time{}, func() { t.Error("resumed") }) {
+		t.Fatal("a connection was parked after the parker failed")
+	}
+}
