@@ -95,8 +95,8 @@ func TestAWatchedServiceCostsASmallStack(t *testing.T) {
 	if waiting > n/10 {
 		t.Errorf("%d held queries keep %d goroutines, want at most %d", n, waiting, n/10)
 	}
-	if stacks > 512 {
-		t.Errorf("a watched service's held query keeps %d bytes of stack, want at most 512", stacks)
+	if stacks > 1<<10 {
+		t.Errorf("a watched service's held query keeps %d bytes of stack, want at most 1 KiB", stacks)
 	}
 	if heap > 3584 {
 		t.Errorf("a watched service's held query keeps %d bytes of heap, want at most 3.5 KiB", heap)
