@@ -84,27 +84,25 @@ func TestAParkedQueryResumesWhenTheAnswerBegins(t *testing.T) {
 	resumedWithin(t, resumed, "when parked a second time and closed")
 }
 
-// A cut (a restart, the agent's return, the sub-watch's end) closes the
-// connection: the parked query resumes and its wait fails at once.
-func TestAParkedQueryResumesWhenItsConnectionIsClosed(t *testing.T) {
-	held, _ := tcpPair(t)
-	resumed := parkNow(t, held, time.Time{})
-	held.Close()
-	resumedWithin(t, resumed, "when its connection was closed")
-	if err := held.waitFirst(); err == nil {
-		t.Error("the wait on a closed connection succeeded")
-	}
-}
-
-// The agent closing the connection (its restart, an idle close) resumes
-// the query, whose wait then fails and may be sent again.
-func TestAParkedQueryResumesWhenTheAgentCloses(t *testing.T) {
-	held, agent := tcpPair(t)
-	resumed := parkNow(t, held, time.Time{})
-	agent.Close()
-	resumedWithin(t, resumed, "when the agent closed")
-	if err := held.waitFirst(); err == nil {
-		t.Error("the wait on a connection the agent closed succeeded")
+// A close resumes the parked query, and its wait then fails at once:
+// seamless's (a cut: a restart, the agent's return, the sub-watch's end),
+// or the agent's (its restart, an idle close), after which the query may
+// be sent again.
+func TestAParkedQueryResumesWhenItsConnectionCloses(t *testing.T) {
+	for _, by := range []string{"seamless", "the agent"} {
+		t.Run(by, func(t *testing.T) {
+			held, agent := tcpPair(t)
+			resumed := parkNow(t, held, time.Time{})
+			if by == "seamless" {
+				held.Close()
+			} else {
+				agent.Close()
+			}
+			resumedWithin(t, resumed, "when "+by+" closed the connection")
+			if err := held.waitFirst(); err == nil {
+				t.Errorf("the wait on a connection %s closed succeeded", by)
+			}
+		})
 	}
 }
 
