@@ -56,9 +56,16 @@ type fleetLoad struct {
 	l    *loadgen.Load
 }
 
-func TestFleetUnderChaos(t *testing.T) {
-	c := dockerClient(t)
-	k := newCluster(t, c)
+func TestFleetUnderChaos(top *testing.T) {
+	// Registered first, so said last: after the containers' logs.
+	fails := &failures{}
+	top.Cleanup(func() { fails.say(top) })
+	c := dockerClient(top)
+	k := newCluster(fails.record(top), c)
+	t := k.t
+	run := func(name string, f func(t testing.TB)) {
+		top.Run(name, func(st *testing.T) { f(fails.record(st)) })
+	}
 	begin := time.Now()
 	k.up()
 	for range 3 {
@@ -87,7 +94,7 @@ func TestFleetUnderChaos(t *testing.T) {
 			loads = append(loads, fleetLoad{r, tt.path, l})
 		}
 	}
-	noFailures := func(t *testing.T, step string) {
+	noFailures := func(t testing.TB, step string) {
 		t.Helper()
 		for _, fl := range loads {
 			if s := fl.l.Snapshot(); s.Failed != 0 {
@@ -96,7 +103,7 @@ func TestFleetUnderChaos(t *testing.T) {
 		}
 	}
 
-	t.Run("leader killed while web scales 3→6→3", func(t *testing.T) {
+	run("leader killed while web scales 3→6→3", func(t testing.TB) {
 		old := k.leader()
 		var victim *node
 		for _, s := range k.servers {
@@ -139,7 +146,7 @@ func TestFleetUnderChaos(t *testing.T) {
 		k.atRest(t)
 	})
 
-	t.Run("agent partitioned 30s while services change, HUP storm on its replica", func(t *testing.T) {
+	run("agent partitioned 30s while services change, HUP storm on its replica", func(t testing.TB) {
 		cut, r := k.agents[2], k.replicas[2]
 		before := r.serving()
 		k.disconnect(cut, k.wan)
@@ -220,7 +227,7 @@ func TestFleetUnderChaos(t *testing.T) {
 		k.atRest(t)
 	})
 
-	t.Run("rolling restart of the servers while api scales up", func(t *testing.T) {
+	run("rolling restart of the servers while api scales up", func(t testing.TB) {
 		for i, srv := range k.servers {
 			k.stop(srv)
 			if i == 0 {
@@ -238,7 +245,7 @@ func TestFleetUnderChaos(t *testing.T) {
 		k.atRest(t)
 	})
 
-	t.Run("Consul servers restarted from empty data dirs", func(t *testing.T) {
+	run("Consul servers restarted from empty data dirs", func(t testing.TB) {
 		for _, srv := range k.servers {
 			k.kill(srv, "KILL")
 		}
@@ -264,7 +271,7 @@ func TestFleetUnderChaos(t *testing.T) {
 	})
 
 	lostAtKill := map[string]int64{}
-	t.Run("replica killed and started again", func(t *testing.T) {
+	run("replica killed and started again", func(t testing.TB) {
 		r := k.replicas[1]
 		k.kill(&r.node, "KILL")
 		killed := time.Now()
@@ -303,13 +310,13 @@ func TestFleetUnderChaos(t *testing.T) {
 // converged waits until the catalog reports exactly the running backends,
 // then until every replica serves them and all agree on the members
 // fingerprint; it logs how long the replicas took after the catalog.
-func (k *cluster) converged(t *testing.T, step string) {
+func (k *cluster) converged(t testing.TB, step string) {
 	t.Helper()
 	k.convergedOn(t, step, k.replicas, k.agents)
 }
 
 // convergedOn is converged for some replicas and the agents they read.
-func (k *cluster) convergedOn(t *testing.T, step string, rs []*replica, agents []*node) {
+func (k *cluster) convergedOn(t testing.TB, step string, rs []*replica, agents []*node) {
 	t.Helper()
 	want := k.want()
 	start := time.Now()
@@ -395,7 +402,7 @@ func (k *cluster) convergedOn(t *testing.T, step string, rs []*replica, agents [
 // logViewChecks logs, for each replica, how its checks of its agent's
 // view against the leader came out so far: whether a scenario made views
 // lag or go back, and the source follow the leader instead.
-func (k *cluster) logViewChecks(t *testing.T) {
+func (k *cluster) logViewChecks(t testing.TB) {
 	t.Helper()
 	for _, r := range k.replicas {
 		var counts []string
@@ -410,7 +417,7 @@ func (k *cluster) logViewChecks(t *testing.T) {
 // explain logs, for a convergence that did not come, what was wanted,
 // what each agent's catalog and streaming view held, and what each
 // replica served, with its fingerprint and its latest log lines.
-func (k *cluster) explain(t *testing.T, want map[string][]string, rs []*replica, agents []*node) {
+func (k *cluster) explain(t testing.TB, want map[string][]string, rs []*replica, agents []*node) {
 	t.Helper()
 	t.Logf("wanted: %v", want)
 	for _, a := range agents {
@@ -425,7 +432,7 @@ func (k *cluster) explain(t *testing.T, want map[string][]string, rs []*replica,
 
 // atRest checks every replica for zombies and at most two HAProxy
 // processes (the master and its worker) once old workers have finished.
-func (k *cluster) atRest(t *testing.T) {
+func (k *cluster) atRest(t testing.TB) {
 	t.Helper()
 	for _, r := range k.replicas {
 		var n int

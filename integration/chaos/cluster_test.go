@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,7 +61,7 @@ type node struct {
 // "lan" only. Cutting an agent from "wan" cuts it from the servers while
 // its replica and backends still reach it.
 type cluster struct {
-	t        *testing.T
+	t        testing.TB // the whole test's, its failures recorded
 	c        *client.Client
 	run      string // unique name prefix
 	wan, lan *subnet
@@ -108,7 +109,7 @@ func dockerClient(t *testing.T) *client.Client {
 	return c
 }
 
-func newCluster(t *testing.T, c *client.Client) *cluster {
+func newCluster(t testing.TB, c *client.Client) *cluster {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	k := &cluster{t: t, c: c, run: "seamlesschaos" + hex.EncodeToString(b), backends: map[string][]*node{}, started: map[string]int{}, nextIP: 10}
@@ -210,12 +211,18 @@ func (k *cluster) start(s spec) *node {
 		k.t.Fatalf("create %s: %v", s.name, err)
 	}
 	n.id = res.ID
+	// By its id: recreate overwrites *n with the new container's node.
+	this := node{id: n.id, name: n.name}
 	k.t.Cleanup(func() {
-		if k.t.Failed() {
-			k.t.Logf("logs of %s:\n%s", s.name, k.logs(n, "60"))
+		_, err := k.c.ContainerInspect(context.Background(), this.id, client.ContainerInspectOptions{})
+		if cerrdefs.IsNotFound(err) { // recreate removed it already
+			return
 		}
-		_, err := k.c.ContainerRemove(context.Background(), n.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-		if err != nil && !cerrdefs.IsNotFound(err) { // recreate removed it already
+		if k.t.Failed() {
+			k.t.Logf("logs of %s:\n%s", s.name, k.logs(&this, "60"))
+		}
+		_, err = k.c.ContainerRemove(context.Background(), this.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		if err != nil && !cerrdefs.IsNotFound(err) {
 			k.t.Errorf("remove %s: %v", s.name, err)
 		}
 	})
@@ -585,4 +592,62 @@ func equalSets(a, b map[string][]string) bool {
 		}
 	}
 	return true
+}
+
+// failures keeps the test's failure messages to say them again when it
+// ends, after the containers' logs: the tail of a long CI log then shows
+// what failed, not only which subtests.
+type failures struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+// record is t with its failures kept in f as well.
+func (f *failures) record(t testing.TB) testing.TB { return recording{t, f} }
+
+func (f *failures) say(t *testing.T) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !t.Failed() {
+		return
+	}
+	t.Logf("%d failures, again:", len(f.msgs))
+	for _, m := range f.msgs {
+		t.Log(m)
+	}
+}
+
+type recording struct {
+	testing.TB
+	f *failures
+}
+
+func (r recording) keep(msg string) {
+	r.f.mu.Lock()
+	r.f.msgs = append(r.f.msgs, r.Name()+": "+msg)
+	r.f.mu.Unlock()
+}
+
+func (r recording) Error(args ...any) {
+	r.Helper()
+	r.keep(fmt.Sprint(args...))
+	r.TB.Error(args...)
+}
+
+func (r recording) Errorf(format string, args ...any) {
+	r.Helper()
+	r.keep(fmt.Sprintf(format, args...))
+	r.TB.Errorf(format, args...)
+}
+
+func (r recording) Fatal(args ...any) {
+	r.Helper()
+	r.keep(fmt.Sprint(args...))
+	r.TB.Fatal(args...)
+}
+
+func (r recording) Fatalf(format string, args ...any) {
+	r.Helper()
+	r.keep(fmt.Sprintf(format, args...))
+	r.TB.Fatalf(format, args...)
 }
