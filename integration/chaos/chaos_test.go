@@ -94,11 +94,16 @@ func TestFleetUnderChaos(top *testing.T) {
 			loads = append(loads, fleetLoad{r, tt.path, l})
 		}
 	}
+	// noFailures fails a step for the requests that failed during it;
+	// those of an earlier step are that step's failure, not this one's.
+	reported := map[*loadgen.Load]int64{}
 	noFailures := func(t testing.TB, step string) {
 		t.Helper()
 		for _, fl := range loads {
-			if s := fl.l.Snapshot(); s.Failed != 0 {
-				t.Errorf("%s: %s%s: %d of %d requests failed so far: %v", step, fl.r.name, fl.path, s.Failed, s.Requests, s.Errors)
+			if s := fl.l.Snapshot(); s.Failed > reported[fl.l] {
+				t.Errorf("%s: %s%s: %d requests failed in this step, %d of %d so far: %v", step, fl.r.name, fl.path,
+					s.Failed-reported[fl.l], s.Failed, s.Requests, s.Errors)
+				reported[fl.l] = s.Failed
 			}
 		}
 	}
