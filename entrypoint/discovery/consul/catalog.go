@@ -168,8 +168,7 @@ func (f *catalogFetcher) fetchDump(ctx context.Context) (model.Result, error) {
 	}
 	opts, cancel := f.s.queryOptions(ctx, f.dc, f.cur.wait())
 	defer cancel()
-	var dump []*nodeInfo
-	meta, err := f.s.client.Raw().Query(nodeDumpPath, &dump, opts)
+	dump, meta, err := f.s.readDump(opts)
 	if se := (api.StatusError{}); errors.As(err, &se) && se.Code == http.StatusNotFound {
 		f.s.log.Warn("Consul does not serve "+nodeDumpPath+" (a proxy in front of it, or a Consul without it): "+
 			"watching public endpoints instead, with one request per service at every change",

@@ -104,6 +104,7 @@ type Source struct {
 	// transport for plain HTTP (nil otherwise): held health queries
 	// (held.go) are written without the client.
 	request *agentRequest
+	http    *http.Client // the client's: counted, failed over, fresh
 	conns   *connTransport
 	addr0   string // scheme://host:port of the one agent, for messages
 	// agents moves requests between several agents; nil with one.
@@ -283,6 +284,7 @@ func New(cfg Config, log *slog.Logger) (*Source, error) {
 	next = &freshnessTransport{next: next, bound: cfg.MaxStale}
 	ac.HttpClient.Transport = &countingTransport{next: next, started: &s.started, finished: &s.finished, received: &s.received}
 	s.request = newAgentRequest(&ac)
+	s.http = ac.HttpClient
 	return s, nil
 }
 

@@ -71,6 +71,12 @@ func newAgentRequest(ac *api.Config) *agentRequest {
 // options queryOptions and read set (datacenter, stale, index, wait), to
 // host.
 func (r *agentRequest) health(ctx context.Context, host, dc, name, tag string, stale bool, index uint64, wait time.Duration) *http.Request {
+	return r.get(ctx, host, "/v1/health/service/"+name, dc, tag, stale, index, wait)
+}
+
+// get is the request of Raw().Query(path, ...) with those options, plus
+// a tag parameter when tag is set.
+func (r *agentRequest) get(ctx context.Context, host, path, dc, tag string, stale bool, index uint64, wait time.Duration) *http.Request {
 	params := make(url.Values, len(r.params)+4)
 	for k, v := range r.params {
 		params[k] = v // replaced, never appended to
@@ -90,7 +96,7 @@ func (r *agentRequest) health(ctx context.Context, host, dc, name, tag string, s
 	if tag != "" {
 		params.Add("tag", tag)
 	}
-	u := &url.URL{Scheme: r.scheme, Host: host, Path: r.pathPrefix + "/v1/health/service/" + name, RawQuery: params.Encode()}
+	u := &url.URL{Scheme: r.scheme, Host: host, Path: r.pathPrefix + path, RawQuery: params.Encode()}
 	req := &http.Request{Method: http.MethodGet, URL: u, Host: host, Header: r.header,
 		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}
 	return req.WithContext(ctx)
@@ -292,16 +298,26 @@ func (h *heldHealth) answer() ([]healthEntry, *api.QueryMeta, error) {
 			return nil, nil, sa
 		}
 	}
-	meta := &api.QueryMeta{}
-	if v := resp.Header.Get("X-Consul-Index"); v != "" {
-		if meta.LastIndex, err = strconv.ParseUint(v, 10, 64); err != nil {
-			return nil, nil, err
-		}
+	meta, err := queryMeta(resp.Header)
+	if err != nil {
+		return nil, nil, err
 	}
-	meta.ResultsFilteredByACLs = resp.Header.Get("X-Consul-Results-Filtered-By-ACLs") == "true"
 	entries, err := healthEntries(buf.Bytes(), h.index, meta.LastIndex)
 	if err != nil {
 		return nil, nil, err
 	}
 	return entries, meta, nil
+}
+
+// queryMeta is what seamless reads of the API client's QueryMeta: the
+// index and whether ACLs filtered the answer.
+func queryMeta(h http.Header) (*api.QueryMeta, error) {
+	meta := &api.QueryMeta{ResultsFilteredByACLs: h.Get("X-Consul-Results-Filtered-By-ACLs") == "true"}
+	if v := h.Get("X-Consul-Index"); v != "" {
+		var err error
+		if meta.LastIndex, err = strconv.ParseUint(v, 10, 64); err != nil {
+			return nil, fmt.Errorf("X-Consul-Index %q: %w", v, err)
+		}
+	}
+	return meta, nil
 }

@@ -78,8 +78,7 @@ func (c *splitCatalog) readSeed(ctx context.Context, want []string) (map[string]
 	}
 	opts, cancel := c.s.queryOptions(ctx, c.dc, 0)
 	defer cancel()
-	var dump []*nodeInfo
-	meta, err := c.s.client.Raw().Query(nodeDumpPath, &dump, opts)
+	dump, meta, err := c.s.readDump(opts)
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading %s: %w", nodeDumpPath, err)
 	}
