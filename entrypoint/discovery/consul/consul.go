@@ -105,8 +105,10 @@ type Source struct {
 	// (held.go) are written without the client.
 	request *agentRequest
 	http    *http.Client // the client's: counted, failed over, fresh
-	conns   *connTransport
-	addr0   string // scheme://host:port of the one agent, for messages
+	// plainDump: the node dump is asked for without gzip (onThisMachine).
+	plainDump bool
+	conns     *connTransport
+	addr0     string // scheme://host:port of the one agent, for messages
 	// agents moves requests between several agents; nil with one.
 	agents *failoverTransport
 	// holdsAll: conns serves every agent (none is reached through a
@@ -285,6 +287,10 @@ func New(cfg Config, log *slog.Logger) (*Source, error) {
 	ac.HttpClient.Transport = &countingTransport{next: next, started: &s.started, finished: &s.finished, received: &s.received}
 	s.request = newAgentRequest(&ac)
 	s.http = ac.HttpClient
+	s.plainDump = onThisMachine([]string{ac.Address})
+	if s.agents != nil {
+		s.plainDump = onThisMachine(s.agents.hosts)
+	}
 	return s, nil
 }
 

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 
 	"github.com/hashicorp/consul/api"
@@ -18,6 +20,10 @@ import (
 // buffer and the 128 MiB one it was copied from), the process's peak.
 func (s *Source) readDump(opts *api.QueryOptions) ([]*nodeInfo, *api.QueryMeta, error) {
 	req := s.request.get(opts.Context(), s.request.address, nodeDumpPath, opts.Datacenter, "", opts.AllowStale, opts.WaitIndex, opts.WaitTime)
+	if s.plainDump {
+		req.Header = req.Header.Clone() // the shared one is read only
+		req.Header.Set("Accept-Encoding", "identity")
+	}
 	resp, err := s.http.Do(req)
 	if err != nil {
 		return nil, nil, err
@@ -64,4 +70,24 @@ func decodeDump(r io.Reader) ([]*nodeInfo, error) {
 		return nil, err
 	}
 	return dump, nil
+}
+
+// onThisMachine reports whether every agent is reached on this machine
+// (a loopback address, localhost, a unix socket). The dump is then asked
+// for without gzip: carrying it costs nothing there, and compressing it
+// cost a Consul 1.14 agent 5.7 s against 3.3 s for the whole answer at
+// 10,000 services × 10, most of a seeded start's wait for it.
+func onThisMachine(hosts []string) bool {
+	for _, h := range hosts {
+		if strings.HasPrefix(h, "/") || strings.HasPrefix(h, "unix://") {
+			continue
+		}
+		if host, _, err := net.SplitHostPort(h); err == nil {
+			h = host
+		}
+		if a, err := netip.ParseAddr(h); !(err == nil && a.IsLoopback() || strings.EqualFold(h, "localhost")) {
+			return false
+		}
+	}
+	return len(hosts) > 0
 }

@@ -52,11 +52,13 @@ func synthDump(nodes, perNode int) string {
 // must save at least the text's size.
 func TestTheNodeDumpIsDecodedAsItArrives(t *testing.T) {
 	body := synthDump(2000, 10)
+	var encodings []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != nodeDumpPath {
 			http.NotFound(w, r)
 			return
 		}
+		encodings = append(encodings, r.Header.Get("Accept-Encoding"))
 		w.Header().Set("X-Consul-Index", "42")
 		w.Header().Set("X-Consul-LastContact", "0")
 		w.Header().Set("X-Consul-KnownLeader", "true")
@@ -101,6 +103,10 @@ func TestTheNodeDumpIsDecodedAsItArrives(t *testing.T) {
 	if meta.LastIndex != wantMeta.LastIndex || meta.ResultsFilteredByACLs != wantMeta.ResultsFilteredByACLs {
 		t.Errorf("meta %+v, the API client's %+v", *meta, *wantMeta)
 	}
+	// The agent is on this machine: the dump is not compressed.
+	if len(encodings) == 0 || encodings[0] != "identity" {
+		t.Errorf("the dump from an agent on 127.0.0.1 was asked for with Accept-Encoding %q", encodings)
+	}
 	if streamed+uint64(len(body)) > whole {
 		t.Errorf("reading a dump of %d bytes as it arrives allocated %d bytes, through the API client %d", len(body), streamed, whole)
 	}
@@ -124,6 +130,30 @@ func TestDecodeDumpRefusesWhatIsNoList(t *testing.T) {
 			t.Errorf("%s: error %v, want one with %q", tt.body, err, tt.err)
 		case tt.body == `[null,{"Node":"n1"}]` && (len(dump) != 2 || dump[0] != nil || dump[1].Node != "n1"):
 			t.Errorf("%s: %+v", tt.body, dump)
+		}
+	}
+}
+
+func TestTheDumpIsCompressedOnlyFromAnotherMachine(t *testing.T) {
+	for _, tt := range []struct {
+		hosts []string
+		local bool
+	}{
+		{[]string{"127.0.0.1:8500"}, true},
+		{[]string{"127.0.0.53:8500"}, true},
+		{[]string{"[::1]:8500"}, true},
+		{[]string{"localhost:8500"}, true},
+		{[]string{"LOCALHOST"}, true},
+		{[]string{"/run/consul/http.sock"}, true},
+		{[]string{"unix:///run/consul/http.sock"}, true},
+		{[]string{"127.0.0.1:8500", "127.0.0.1:8501"}, true},
+		{[]string{"10.0.0.7:8500"}, false},
+		{[]string{"consul.service.consul:8500"}, false},
+		{[]string{"127.0.0.1:8500", "10.0.0.7:8500"}, false},
+		{nil, false},
+	} {
+		if got := onThisMachine(tt.hosts); got != tt.local {
+			t.Errorf("onThisMachine(%q) = %v, want %v", tt.hosts, got, tt.local)
 		}
 	}
 }
