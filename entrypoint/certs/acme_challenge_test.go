@@ -38,6 +38,12 @@ func TestChallengeWaitsForTheMasterCLI(t *testing.T) {
 				&net.OpError{Op: "read", Net: "unix", Err: os.NewSyscallError("read", syscall.ECONNRESET)})
 		})
 	})
+	t.Run("closed as the master re-executes", func(t *testing.T) {
+		challengeWaitsFor(t, func() (string, error) {
+			return "", fmt.Errorf("master CLI \"@1 add map\": %w",
+				&net.OpError{Op: "write", Net: "unix", Err: os.NewSyscallError("write", syscall.EPIPE)})
+		})
+	})
 }
 
 // challengeWaitsFor: the first three commands get starting's answer.
