@@ -10,8 +10,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/seamless-lb/seamless/entrypoint/haproxy"
 )
 
 // Challenges answers ACME HTTP-01 challenges through HAProxy itself: the
@@ -99,9 +100,8 @@ func (c *Challenges) write() error {
 // do sends cmd to the current worker: add map and del map answer nothing
 // on success. HAProxy may still be starting (the first hosts are ordered
 // at once): a master CLI that cannot be reached yet, that has no worker
-// yet to pass the command to, or that reset or closed the connection
-// (before 3.1 the master re-executes itself once its first worker runs;
-// a write then may fail with EPIPE rather than the read with a reset) is tried
+// yet to pass the command to, or that dropped the connection (before 3.1
+// the master re-executes itself once its first worker runs) is tried
 // again for a while. Sent twice, add map adds a second equal entry, which
 // answers alike and which del map removes with the first.
 func (c *Challenges) do(ctx context.Context, cmd string) error {
@@ -117,7 +117,7 @@ func (c *Challenges) do(ctx context.Context, cmd string) error {
 		case err == nil:
 			err = fmt.Errorf("HAProxy answered %s", describe(firstLine(a)))
 		}
-		if !dialFailed(err) && !noWorkerYet(a) && !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+		if !dialFailed(err) && !noWorkerYet(a) && !haproxy.IsConnDrop(err) {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		select {

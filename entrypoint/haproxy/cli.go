@@ -152,7 +152,7 @@ func (m *MasterCLI) Reload(ctx context.Context) (ReloadResult, error) {
 	switch {
 	case errors.Is(err, errBusy):
 		return ReloadResult{}, fmt.Errorf("%w: %v", ErrNotSent, err)
-	case err != nil && !isConnDrop(err) && answer == "" && ctx.Err() == nil:
+	case err != nil && !IsConnDrop(err) && answer == "" && ctx.Err() == nil:
 		return ReloadResult{}, fmt.Errorf("%w: %v", ErrNotSent, err)
 	}
 	var res ReloadResult
@@ -214,8 +214,8 @@ func (m *MasterCLI) reloadWhenIdle(ctx context.Context) (string, error) {
 	}
 }
 
-// isConnDrop reports the ways a master that re-executes ends a connection.
-func isConnDrop(err error) bool {
+// IsConnDrop reports the ways a master that re-executes ends a connection.
+func IsConnDrop(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "broken pipe")
 }
