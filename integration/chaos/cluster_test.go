@@ -630,8 +630,7 @@ func (r recording) keep(msg string) {
 
 func (r recording) Error(args ...any) {
 	r.Helper()
-	r.keep(fmt.Sprint(args...))
-	r.TB.Error(args...)
+	r.Errorf("%s", fmt.Sprint(args...))
 }
 
 func (r recording) Errorf(format string, args ...any) {
@@ -642,8 +641,7 @@ func (r recording) Errorf(format string, args ...any) {
 
 func (r recording) Fatal(args ...any) {
 	r.Helper()
-	r.keep(fmt.Sprint(args...))
-	r.TB.Fatal(args...)
+	r.Fatalf("%s", fmt.Sprint(args...))
 }
 
 func (r recording) Fatalf(format string, args ...any) {
