@@ -89,10 +89,13 @@ func Start(ctx context.Context, cfg Config) (*Load, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.MaxDuration)
+	// The deadline derives from start, so Elapsed of a run cut by
+	// MaxDuration is never below it, however late this goroutine runs.
+	start := time.Now()
+	ctx, cancel := context.WithDeadline(ctx, start.Add(cfg.MaxDuration))
 	l := &Load{
 		cfg:    cfg,
-		start:  time.Now(),
+		start:  start,
 		cancel: cancel,
 		done:   make(chan struct{}),
 	}
