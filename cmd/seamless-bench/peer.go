@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/seamless-lb/seamless/entrypoint/config"
 	"github.com/seamless-lb/seamless/internal/consulproc"
 )
 
@@ -26,11 +27,12 @@ import (
 // against it through a counting reverse proxy of its own (proxy.go):
 //
 //	consul-template     the classic template (peerTemplate) to a file,
-//	                    wait 0, no command
+//	                    -wait, no command
 //	seamless, template  the same template (SEAMLESS_TEMPLATE), HAProxy 2.6,
-//	                    SEAMLESS_WAIT=0
-//	seamless, built-in  the built-in template, SEAMLESS_WAIT=0
+//	                    SEAMLESS_WAIT=-wait
+//	seamless, built-in  the built-in template, SEAMLESS_WAIT=-wait
 //
+// (-wait is 0 unless set: each change at once.)
 // Then -changes single-instance changes, -interval apart on a fixed
 // schedule (not waiting for the tools): instance j of service i moves to a
 // new port, where a listener of its own answers; the sequence of (i, j) is
@@ -47,6 +49,7 @@ type peerOptions struct {
 	nodes                                     int
 	changes                                   int
 	interval                                  time.Duration
+	wait                                      config.Wait // every tool's quiescence; zero: each change at once
 	seed                                      uint64
 	together                                  bool
 	tools                                     []peerTool
@@ -168,6 +171,7 @@ func parsePeerFlags(args []string, stderr io.Writer) (peerOptions, error) {
 	fs.IntVar(&o.nodes, "nodes", 100, "Consul nodes the instances are spread over")
 	fs.IntVar(&o.changes, "changes", 40, "single-instance changes per row")
 	fs.DurationVar(&o.interval, "interval", 1500*time.Millisecond, "time between changes (a fixed schedule)")
+	fs.Func("wait", "`min:max` quiescence of every tool, consul-template's -wait and seamless's SEAMLESS_WAIT (default 0: each change at once)", o.wait.Decode)
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the sequence of changed instances")
 	fs.BoolVar(&o.together, "together", false, "run the tools at once on one Consul (default: each alone)")
 	fs.StringVar(&tools, "tools", "ct,ctcheck,template,builtin", "tools: ct (consul-template), ctcheck (consul-template running haproxy -c as its command), template (seamless with it), builtin (seamless's built-in template)")
@@ -211,6 +215,9 @@ func parsePeerFlags(args []string, stderr io.Writer) (peerOptions, error) {
 		return o, errors.New("-changes must be >= 1")
 	case o.interval <= 0 || o.every <= 0 || o.changeTimeout <= 0 || o.timeout <= 0:
 		return o, errors.New("-interval, -poll, -change-timeout and -timeout must be > 0")
+	}
+	if _, ok := o.env["SEAMLESS_WAIT"]; ok {
+		return o, errors.New("-env SEAMLESS_WAIT: use -wait, which sets consul-template's wait too")
 	}
 	for _, s := range o.sizes {
 		if o.changes > s.services*s.instances {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seamless-lb/seamless/entrypoint/config"
 	"github.com/seamless-lb/seamless/internal/procfs"
 	"github.com/seamless-lb/seamless/internal/testenv"
 )
@@ -305,5 +306,39 @@ func TestDirectRowsSayTrafficWasNotCounted(t *testing.T) {
 		if got := strings.Contains(b.String(), "not counted (-direct)"); got != direct {
 			t.Errorf("-direct=%v: the table says 'not counted' %v:\n%s", direct, got, b.String())
 		}
+	}
+}
+
+// A change a tool never showed is said in the table, not left out of its
+// percentiles unmentioned, and the footnote names the tools' wait.
+func TestTheTableSaysLostChangesAndTheWait(t *testing.T) {
+	r := peerResult{size: peerSize{2, 2}, tool: toolBuiltin, asked: 3,
+		rendered: []time.Duration{time.Millisecond, 2 * time.Millisecond}, served: []time.Duration{3 * time.Millisecond},
+		cpu: time.Millisecond, rss: 1 << 20, peak: 1 << 20}
+	var b bytes.Buffer
+	printPeerTable(&b, peerOptions{changes: 3, interval: 20 * time.Millisecond,
+		wait: config.Wait{Min: 200 * time.Millisecond, Max: 2 * time.Second}}, []peerResult{r})
+	for _, want := range []string{"1 of 3 never in the file", "2 of 3 never served", "every tool with wait 200ms:2s."} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the table does not say %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// -wait sets every tool's quiescence, so -env may not set seamless's alone.
+func TestPeerWaitIsEveryTools(t *testing.T) {
+	args := []string{"-tools", "ct", "-consul-template", "/bin/true", "-haproxy", "/bin/true"}
+	o, err := parsePeerFlags(append(args, "-wait", "200ms:2s"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (config.Wait{Min: 200 * time.Millisecond, Max: 2 * time.Second}); o.wait != want {
+		t.Errorf("-wait 200ms:2s: %v, want %v", o.wait, want)
+	}
+	if _, err := parsePeerFlags(append(args, "-env", "SEAMLESS_WAIT=1s"), io.Discard); err == nil || !strings.Contains(err.Error(), "use -wait") {
+		t.Errorf("-env SEAMLESS_WAIT: err %v, want one that says to use -wait", err)
+	}
+	if _, err := parsePeerFlags(append(args, "-wait", "2s:1s"), io.Discard); err == nil {
+		t.Error("-wait 2s:1s (max below min) was taken")
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/seamless-lb/seamless/entrypoint/config"
 )
 
 // printPeerTable prints the side-by-side as one markdown table, seamless's
@@ -33,11 +35,17 @@ func printPeerTable(w io.Writer, o peerOptions, results []peerResult) {
 			b99, _ := percentile(base.rendered, 99)
 			file += fmt.Sprintf(" (%s / %s)", ratio(float64(p50), float64(b50)), ratio(float64(p99), float64(b99)))
 		}
+		if miss := r.asked - len(r.rendered); miss > 0 {
+			file += fmt.Sprintf("; **%d of %d never in the file**", miss, r.asked)
+		}
 		served := "–"
 		if len(r.served) > 0 {
 			s50, _ := percentile(r.served, 50)
 			s99, _ := percentile(r.served, 99)
 			served = fmt.Sprintf("%s / %s", fmtMsN(s50), fmtMsN(s99))
+			if miss := r.asked - len(r.served); miss > 0 {
+				served += fmt.Sprintf("; **%d of %d never served**", miss, r.asked)
+			}
 		}
 		n := float64(r.asked)
 		all, answers := r.traffic.total(), r.traffic.answers()
@@ -72,10 +80,10 @@ func printPeerTable(w io.Writer, o peerOptions, results []peerResult) {
 	for _, r := range results {
 		maxConns = max(maxConns, r.maxConns)
 	}
-	fmt.Fprintf(w, "%d changes %v apart on a fixed schedule (seed %d), each one instance of one service moved to a new port; every tool with wait 0. "+
+	fmt.Fprintf(w, "%d changes %v apart on a fixed schedule (seed %d), each one instance of one service moved to a new port; every tool with wait %s. "+
 		"One Consul %s server per row on 127.0.0.1, its http_max_conns_per_client raised to %d (default 200): consul-template holds a blocking query, "+
 		"and so a connection, per service plus one for the service list (S+1). File descriptor limit of every process: %d.\n",
-		o.changes, o.interval, o.seed, "1.14.11", maxConns, o.nofileInForce)
+		o.changes, o.interval, o.seed, waitLabel(o.wait), "1.14.11", maxConns, o.nofileInForce)
 	fmt.Fprintln(w, "(×N): seamless's value over consul-template's in the same catalog and mode. "+
 		"change → file: from the Consul write returning to the first read of the rendered file that holds the new address "+
 		"(consul-template's destination; seamless's haproxy.cfg); the file is read on every inotify event for it, a stat every 100ms backs that up. "+
@@ -126,6 +134,14 @@ func printPeerTable(w io.Writer, o peerOptions, results []peerResult) {
 			fmt.Fprintf(w, "- %s error: %s\n", name, first)
 		}
 	}
+}
+
+// waitLabel is -wait as the footnote says it: 0, or min:max.
+func waitLabel(w config.Wait) string {
+	if w == (config.Wait{}) {
+		return "0"
+	}
+	return w.String()
 }
 
 func (r peerResult) mode() string {

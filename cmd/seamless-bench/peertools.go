@@ -225,13 +225,13 @@ func startTool(ctx context.Context, s toolSetup, tool peerTool, dir string) (*to
 			spec += ":" + s.o.haproxy + " -c -q -f " + out
 		}
 		t.ct, err = startProc("consul-template", logf, env, s.o.consulTemplate,
-			"-consul-addr="+proxy.addr, "-template="+spec, "-wait=0s", "-log-level=warn")
+			"-consul-addr="+proxy.addr, "-template="+spec, "-wait="+s.o.wait.String(), "-log-level=warn")
 		if err != nil {
 			proxy.stop()
 			return nil, err
 		}
 	case toolTemplate, toolBuiltin:
-		env := map[string]string{"SEAMLESS_WAIT": "0"}
+		env := map[string]string{"SEAMLESS_WAIT": s.o.wait.String()}
 		// The per-service watches' budget, where this seamless has one:
 		// the whole catalog, and room for the fixed watches.
 		if _, ok := s.defaults["SEAMLESS_CONSUL_WATCHES"]; ok {
