@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 
@@ -130,9 +131,13 @@ func (f *catalogFetcher) fetch(ctx context.Context) (model.Result, error) {
 	return model.Result{Catalog: cat}, nil
 }
 
-// paced reports whether the per-service watches serve, which retry on
-// their own.
-func (f *catalogFetcher) paced() bool { return f.split != nil }
+// pace is the per-service catalog's, while it serves (selfPaced).
+func (f *catalogFetcher) pace() (time.Duration, bool) {
+	if f.split == nil {
+		return 0, false
+	}
+	return catalogPace(f.split.instances), true
+}
 
 // staleness is the per-service watches' staleness, while they serve.
 func (f *catalogFetcher) staleness() (string, bool) {

@@ -361,25 +361,32 @@ func TestRetriesBackOffExponentiallyAndResetOnSuccess(t *testing.T) {
 	})
 }
 
-// pacedScript is a scripted fetcher that says it paces its own queries,
-// as the per-service catalog does.
-type pacedScript struct{ *scripted }
+// pacedScript is a scripted fetcher that paces its own queries, as the
+// per-service catalog does, at the pace of a catalog of instances.
+type pacedScript struct {
+	*scripted
+	instances int
+}
 
-func (pacedScript) paced() bool { return true }
+func (p pacedScript) pace() (time.Duration, bool) { return catalogPace(p.instances), true }
 
 // A per-service catalog's answers to one write arrive a few milliseconds
 // apart; the one carrying the change must not wait out a pause the first
-// started, while a steady stream of answers is still held to minInterval.
-func TestAPerServiceCatalogPassesABurstOnAtOnce(t *testing.T) {
+// started, while a steady stream of answers is held to the catalog's pace:
+// 10 ms at 1,000 instances (minInterval held 50 changes a second across
+// services 100 ms apart), minInterval from 10,000 on.
+func TestAPerServiceCatalogPassesABurstOnAtItsPace(t *testing.T) {
+	repeat := func(d time.Duration) []time.Duration { return slices.Repeat([]time.Duration{d}, 3) }
 	for _, tc := range []struct {
 		name string
 		f    func(*scripted) fetcher
 		want []time.Duration // between one call and the next
 	}{
-		{"per service", func(s *scripted) fetcher { return pacedScript{s} },
-			[]time.Duration{0, 0, 0, minInterval, minInterval, minInterval}},
-		{"one query", func(s *scripted) fetcher { return s },
-			[]time.Duration{minInterval, minInterval, minInterval, minInterval, minInterval, minInterval}},
+		{"per service, 1,000 instances", func(s *scripted) fetcher { return pacedScript{s, 1000} },
+			append([]time.Duration{0, 0, 0}, repeat(10*time.Millisecond)...)},
+		{"per service, 20,000 instances", func(s *scripted) fetcher { return pacedScript{s, 20000} },
+			append([]time.Duration{0, 0, 0}, repeat(minInterval)...)},
+		{"one query", func(s *scripted) fetcher { return s }, slices.Repeat([]time.Duration{minInterval}, 6)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -406,6 +413,17 @@ func TestAPerServiceCatalogPassesABurstOnAtOnce(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+func TestCatalogPaceIsPerInstanceAndBounded(t *testing.T) {
+	for _, tc := range []struct {
+		instances int
+		want      time.Duration
+	}{{0, 0}, {-1, 0}, {1, 10 * time.Microsecond}, {1000, 10 * time.Millisecond}, {10000, minInterval}, {100000, minInterval}} {
+		if got := catalogPace(tc.instances); got != tc.want {
+			t.Errorf("catalogPace(%d) = %s, want %s", tc.instances, got, tc.want)
+		}
 	}
 }
 

@@ -15,30 +15,45 @@ const (
 	// after a success: a burst of changes is read once, not once each.
 	minInterval = 100 * time.Millisecond
 	// pacedBurst is how many answers in a row a per-service catalog
-	// passes on at once before minInterval applies. One write to Consul
+	// passes on at once before its pace applies. One write to Consul
 	// answers several of its queries a few milliseconds apart (the
 	// service's health, the service list at its new index): with no room
 	// for them, the answer that carried the change waited out the pause
 	// that the first, empty one started (+100 ms on half the changes).
 	pacedBurst = 4
+	// perInstancePace is the per-service catalog's pace per instance it
+	// holds. Each catalog passed on costs the pipeline after it work in
+	// proportion to the instances (assembly, removal guard, merge, the
+	// change's description): about 0.5 µs each, measured at 1,000 × 10
+	// under 50 changes a second. At 10 µs each that is a twentieth of a
+	// core at most, and a small catalog is not held to minInterval: at
+	// 100 × 10 that held 50 changes a second 70 ms apart at p50.
+	perInstancePace = 10 * time.Microsecond
 )
 
-// pacer spaces a watch's requests minInterval apart on average, letting
+// catalogPace is the shortest time, on average, between two catalogs of
+// instances that the per-service catalog passes on.
+func catalogPace(instances int) time.Duration {
+	return min(time.Duration(max(instances, 0))*perInstancePace, minInterval)
+}
+
+// pacer spaces a watch's requests interval apart on average, letting
 // burst of them through at once (a generic cell rate: tat is when the
 // next request would be due if every earlier one had kept the pace).
 type pacer struct {
-	burst int
-	tat   time.Time
+	burst    int
+	interval time.Duration
+	tat      time.Time
 }
 
 // answered notes a success at now.
 func (p *pacer) answered(now time.Time) {
-	p.tat = maxTime(p.tat, now).Add(minInterval)
+	p.tat = maxTime(p.tat, now).Add(p.interval)
 }
 
 // wait returns when the next request may go, or false once ctx ends.
 func (p *pacer) wait(ctx context.Context) bool {
-	return sleep(ctx, time.Until(p.tat.Add(-time.Duration(p.burst-1)*minInterval)))
+	return sleep(ctx, time.Until(p.tat.Add(-time.Duration(p.burst-1)*p.interval)))
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -46,6 +61,14 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// selfPaced is a fetcher whose queries pace and retry on their own (the
+// per-service catalog's sub-watches), while it serves: its failures are
+// not backed off again, and its answers are passed on a burst at a time
+// at the pace it says.
+type selfPaced interface {
+	pace() (time.Duration, bool)
 }
 
 // watch answers one query for as long as it is wanted.
@@ -102,8 +125,10 @@ func (s *Source) runWatch(ctx context.Context, w *watch) {
 		}
 		if err != nil {
 			d := bo.Next()
-			if p, ok := w.f.(interface{ paced() bool }); ok && p.paced() {
-				d = 0 // its queries back off on their own; twice would add up
+			if p, ok := w.f.(selfPaced); ok {
+				if _, self := p.pace(); self {
+					d = 0 // its queries back off on their own; twice would add up
+				}
 			}
 			s.failed(w, err, d, staleness(w.f, err))
 			if !s.probe.backoff(ctx, recovery, d) {
@@ -113,9 +138,11 @@ func (s *Source) runWatch(ctx context.Context, w *watch) {
 		}
 		bo.Reset()
 		s.succeeded(w, r, staleness(w.f, nil))
-		pace.burst = 1
-		if p, ok := w.f.(interface{ paced() bool }); ok && p.paced() {
-			pace.burst = pacedBurst // it switches to and from the node dump
+		pace.burst, pace.interval = 1, minInterval
+		if p, ok := w.f.(selfPaced); ok { // it switches to and from the node dump
+			if d, self := p.pace(); self {
+				pace.burst, pace.interval = pacedBurst, d
+			}
 		}
 		pace.answered(time.Now())
 		if !pace.wait(ctx) {
