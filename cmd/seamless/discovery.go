@@ -203,7 +203,7 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 		Log:       log,
 	}
 	if stateFile != "" {
-		opts.Runtime = haproxy.Runtime{CLI: cli}
+		opts.Runtime = haproxy.Runtime{CLI: cli, Worker: haproxy.NewWorkerSocket(filepath.Join(cfg.RunDir, workerSocketName))}
 	}
 	a, err := apply.New(opts)
 	if err != nil {

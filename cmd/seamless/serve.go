@@ -228,7 +228,8 @@ func writeDefaults(cfg *config.Config, cl *haproxy.CommandLine, path string, log
 			"files", cl.ConfigFiles)
 	}
 	warnWithheldRefs(cl.ConfigFiles, log)
-	content := haproxy.Defaults{HardStopAfter: cfg.HardStopAfter, MaxReloads: cfg.MaxReloads}.File(have)
+	content := haproxy.Defaults{HardStopAfter: cfg.HardStopAfter, MaxReloads: cfg.MaxReloads,
+		WorkerSocket: filepath.Join(filepath.Dir(path), workerSocketName)}.File(have)
 	if content == "" {
 		if rmErr := os.Remove(path); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
 			return nil, rmErr
@@ -239,9 +240,14 @@ func writeDefaults(cfg *config.Config, cl *haproxy.CommandLine, path string, log
 		return nil, err
 	}
 	log.Info("adding defaults the configuration does not set", "file", path,
-		"hard_stop_after", cfg.HardStopAfter, "mworker_max_reloads", cfg.MaxReloads)
+		"hard_stop_after", cfg.HardStopAfter, "mworker_max_reloads", cfg.MaxReloads,
+		"worker_socket", filepath.Join(filepath.Dir(path), workerSocketName))
 	return []string{"-f", path}, nil
 }
+
+// workerSocketName is the worker's stats socket in the run directory,
+// beside the defaults file that declares it (haproxy.Runtime.Worker).
+const workerSocketName = "worker.sock"
 
 // withheldRef finds "${NAME}" or "$NAME" where NAME is kept from HAProxy.
 var withheldRef = regexp.MustCompile(`\$\{?((?:CONSUL|DOCKER|SEAMLESS)_[A-Za-z0-9_]*)`)

@@ -1,14 +1,18 @@
 package haproxy
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -171,6 +175,157 @@ func TestBackendServersStateRealHAProxy(t *testing.T) {
 	if _, err := rt.BackendServersState(ctx, []string{"nope"}); err == nil {
 		t.Error("an unknown backend answered no error")
 	}
+}
+
+// recordingMaster is a Unix socket in front of the master CLI at addr
+// that passes each connection's first line on and keeps it.
+func recordingMaster(t *testing.T, addr string) (*MasterCLI, func() []string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "rec.sock")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	var (
+		mu    sync.Mutex
+		lines []string
+	)
+	pass := func(c net.Conn) {
+		defer c.Close()
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return
+		}
+		mu.Lock()
+		lines = append(lines, strings.TrimSpace(line))
+		mu.Unlock()
+		out, _ := NewMasterCLI(addr).Do(context.Background(), strings.TrimSpace(line))
+		_, _ = io.WriteString(c, out)
+	}
+	// One connection at a time, as the runtime API makes them.
+	go func() {
+		for c, err := l.Accept(); err == nil; c, err = l.Accept() {
+			pass(c)
+		}
+	}()
+	return NewMasterCLI(path), func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(lines)
+	}
+}
+
+// The runtime API goes over the worker's own socket once it names the
+// master's current worker, follows a reload to the new worker, and falls
+// back to the master when the socket reaches no one.
+func TestRuntimeOverTheWorkerSocketRealHAProxy(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "haproxy.cfg")
+	writeConfig(t, cfg, testenv.FreePort(t), "")
+	wsock := filepath.Join(dir, "worker.sock")
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = []byte(strings.Replace(string(b), "global\n", "global\n"+
+		strings.TrimPrefix(Defaults{WorkerSocket: wsock}.File(Directives{}), "# Written by seamless: defaults for settings the configuration leaves out.\nglobal\n"), 1) +
+		"backend web\n    server s1 127.0.0.1:1 disabled\n    server s2 127.0.0.1:2\n")
+	if err := os.WriteFile(cfg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	direct := startMaster(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := direct.WaitWorkerReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	master, seen := recordingMaster(t, direct.Addr)
+	rt := Runtime{CLI: master, Worker: NewWorkerSocket(wsock)}
+	weight := func(want int) {
+		t.Helper()
+		got, err := rt.BackendServersState(ctx, []string{"web"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Read through the master too: the worker it names as current.
+		out, err := direct.Do(ctx, "@1 show servers state web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		viaMaster, err := ParseServersState(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 2 || got[1].Weight != want || viaMaster[1].Weight != want {
+			t.Fatalf("web/s2 weight over the runtime %+v, through the master %+v; want %d", got, viaMaster, want)
+		}
+	}
+	forwarded := func() (n int) {
+		for _, l := range seen() {
+			if strings.Contains(l, "@1") {
+				n++
+			}
+		}
+		return n
+	}
+
+	if err := rt.Apply(ctx, []string{"set server web/s2 weight 7"}); err != nil {
+		t.Fatal(err)
+	}
+	weight(7)
+	if n := forwarded(); n != 0 {
+		t.Errorf("%d commands went through the master, want none: %q", n, seen())
+	}
+
+	res, err := direct.Reload(ctx)
+	if err != nil || !res.OK {
+		t.Fatalf("reload: %+v %v", res, err)
+	}
+	if _, err := direct.WaitWorkerReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Apply(ctx, []string{"set server web/s2 weight 9"}); err != nil {
+		t.Fatal(err)
+	}
+	weight(9) // the new worker, which starts from the configuration's 1
+	if n := forwarded(); n != 0 {
+		t.Errorf("after the reload %d commands went through the master, want none: %q", n, seen())
+	}
+
+	// A reload that fails on a busy port: whichever process last took
+	// the socket's path, the change reaches the worker the master keeps.
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	good := b
+	if err := os.WriteFile(cfg, append(slices.Clone(good), fmt.Sprintf("frontend busy\n    bind %s\n", busy.Addr())...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := direct.Reload(ctx); err == nil && res.OK {
+		t.Fatalf("a reload onto a busy port succeeded: %+v", res)
+	}
+	if err := rt.Apply(ctx, []string{"set server web/s2 weight 3"}); err != nil {
+		t.Fatal(err)
+	}
+	weight(3)
+	if err := os.WriteFile(cfg, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	before := forwarded()
+	if err := os.Remove(wsock); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	if err := rt.Apply(ctx, []string{"set server web/s2 weight 5"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := forwarded() - before; n != 1 {
+		t.Errorf("with the socket gone, %d commands went through the master, want 1: %q", n, seen())
+	}
+	weight(5)
 }
 
 // startMaster runs HAProxy in master-worker mode on cfg, killed with the

@@ -2,19 +2,100 @@ package haproxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 )
 
-// Runtime changes servers of the current worker over the master CLI (the
-// "@1" prefix) and reads their state back.
+// Runtime changes servers of the current worker and reads their state
+// back: over the worker's own stats socket when it reaches the current
+// worker, else over the master CLI (the "@1" prefix).
 type Runtime struct {
 	CLI *MasterCLI
+	// Worker, when set, is the worker's stats socket (Defaults.WorkerSocket).
+	// The master forwards each "@1" command to the worker on a connection
+	// of its own: while the worker health-checked 10,000 servers, 6 `set
+	// server` commands took 16 ms at p50 through the master and 0.5 ms
+	// on the worker's socket.
+	Worker *WorkerSocket
 }
 
-// commandsPerConn bounds how many "@1 cmd;" a single CLI connection
-// carries: the master forwards each prefixed command to the worker.
+// WorkerSocket is a stats socket that each worker binds at the same path,
+// the newest taking it over. It is used only once `show info` over it has
+// named the pid the master lists as its one current worker.
+type WorkerSocket struct {
+	cli *MasterCLI
+	mu  sync.Mutex
+	pid int // the current worker it was found to reach; 0: not known
+}
+
+// NewWorkerSocket returns the worker socket at path.
+func NewWorkerSocket(path string) *WorkerSocket {
+	return &WorkerSocket{cli: &MasterCLI{Network: "unix", Addr: path}}
+}
+
+// reaches reports whether the socket reaches the master's current worker.
+// A reload changes the current worker only through the applier, which
+// does not send commands meanwhile; a new worker that took the path and
+// died (a failed reload) refuses connections, and do forgets it then.
+func (w *WorkerSocket) reaches(ctx context.Context, master *MasterCLI) bool {
+	procs, err := master.ShowProc(ctx)
+	if err != nil || len(procs.Workers) != 1 {
+		return false
+	}
+	cur := procs.Workers[0].Pid
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.pid == cur {
+		return true
+	}
+	w.pid = 0
+	out, err := w.cli.Do(ctx, "show info")
+	if err != nil || infoPid(out) != cur {
+		return false
+	}
+	w.pid = cur
+	return true
+}
+
+func (w *WorkerSocket) forget() {
+	w.mu.Lock()
+	w.pid = 0
+	w.mu.Unlock()
+}
+
+// infoPid is the Pid of `show info`, or 0.
+func infoPid(out string) int {
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(line, "Pid: "); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}
+
+// do sends cmds in one connection to the current worker.
+func (r Runtime) do(ctx context.Context, cmds []string) (string, error) {
+	if r.Worker != nil && r.Worker.reaches(ctx, r.CLI) {
+		out, err := r.Worker.cli.Do(ctx, strings.Join(cmds, "; "))
+		if err == nil || !(errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT)) {
+			return out, err
+		}
+		r.Worker.forget() // nothing was sent
+	}
+	prefixed := make([]string, len(cmds))
+	for i, c := range cmds {
+		prefixed[i] = "@1 " + c
+	}
+	return r.CLI.Do(ctx, strings.Join(prefixed, "; "))
+}
+
+// commandsPerConn bounds how many commands a single CLI connection
+// carries.
 const commandsPerConn = 32
 
 // runtimeErrors start the answers HAProxy gives to a refused command.
@@ -30,17 +111,12 @@ func (r Runtime) Apply(ctx context.Context, cmds []string) error {
 		n := min(len(cmds), commandsPerConn)
 		batch := cmds[:n]
 		cmds = cmds[n:]
-		var b strings.Builder
-		for i, c := range batch {
+		for _, c := range batch {
 			if strings.ContainsAny(c, ";\n") {
 				return fmt.Errorf("runtime command %q: ';' and newlines are not allowed", c)
 			}
-			if i > 0 {
-				b.WriteString("; ")
-			}
-			b.WriteString("@1 " + c)
 		}
-		out, err := r.CLI.Do(ctx, b.String())
+		out, err := r.do(ctx, batch)
 		if err != nil {
 			return fmt.Errorf("runtime commands: %w", err)
 		}
@@ -89,7 +165,7 @@ func (s ServerState) Mode() string {
 // ServersState returns `show servers state` of the current worker, raw (to
 // save as a server-state file) and parsed.
 func (r Runtime) ServersState(ctx context.Context) (string, []ServerState, error) {
-	out, err := r.CLI.Do(ctx, "@1 show servers state")
+	out, err := r.do(ctx, []string{"show servers state"})
 	if err != nil {
 		return "", nil, fmt.Errorf("show servers state: %w", err)
 	}
@@ -106,7 +182,7 @@ func (r Runtime) BackendServersState(ctx context.Context, backends []string) ([]
 		if b == "" || strings.ContainsAny(b, " \t;\n") {
 			return nil, fmt.Errorf("show servers state: backend %q: not a backend name", b)
 		}
-		out, err := r.CLI.Do(ctx, "@1 show servers state "+b)
+		out, err := r.do(ctx, []string{"show servers state " + b})
 		if err != nil {
 			return nil, fmt.Errorf("show servers state %s: %w", b, err)
 		}

@@ -67,7 +67,15 @@ func (d *Directives) scanFile(path string) error {
 type Defaults struct {
 	HardStopAfter time.Duration // 0: leave unset
 	MaxReloads    int           // 0: leave unset
+	// WorkerSocket is the path of a stats socket of the worker's own,
+	// which Runtime prefers to the master CLI (see Runtime.Worker); "":
+	// none, as for a path HAProxy's syntax or a socket could not take.
+	WorkerSocket string
 }
+
+// maxSocketPath is the longest path a Unix socket's address holds (108
+// bytes with the terminating NUL).
+const maxSocketPath = 107
 
 // File renders a config file with the defaults the user did not set, or ""
 // when there is nothing to add. It is loaded before the user's files so that
@@ -79,6 +87,9 @@ func (def Defaults) File(have Directives) string {
 	}
 	if def.MaxReloads > 0 && !have.MworkerMaxReloads {
 		fmt.Fprintf(&b, "    mworker-max-reloads %d\n", def.MaxReloads)
+	}
+	if p := def.WorkerSocket; p != "" && len(p) <= maxSocketPath && !strings.ContainsAny(p, " \t\n#\"'\\$") {
+		fmt.Fprintf(&b, "    stats socket %s mode 600 level admin\n", p)
 	}
 	if b.Len() == 0 {
 		return ""

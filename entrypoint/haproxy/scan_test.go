@@ -61,3 +61,19 @@ func TestScanConfigAndDefaults(t *testing.T) {
 		t.Error("a missing file was not reported")
 	}
 }
+
+// The worker's socket is declared for a path HAProxy's syntax and a Unix
+// socket can take, and left out (the runtime API goes through the master)
+// for any other.
+func TestDefaultsDeclareTheWorkerSocket(t *testing.T) {
+	ok := "/var/run/seamless/worker.sock"
+	if got, want := (Defaults{WorkerSocket: ok}).File(Directives{}), "    stats socket "+ok+" mode 600 level admin\n"; !strings.Contains(got, want) {
+		t.Errorf("defaults file:\n%s\nwant a line %q", got, want)
+	}
+	for _, bad := range []string{"/run/a b/worker.sock", "/run/a#b/worker.sock", `/run/a"b/worker.sock`, "/run/$HOME/worker.sock",
+		"/" + strings.Repeat("d", 100) + "/worker.sock"} {
+		if got := (Defaults{WorkerSocket: bad}).File(Directives{}); got != "" {
+			t.Errorf("%q declared:\n%s", bad, got)
+		}
+	}
+}
