@@ -293,6 +293,33 @@ func TestRuntimeOverTheWorkerSocketRealHAProxy(t *testing.T) {
 		t.Errorf("after the reload %d commands went through the master, want none: %q", n, seen())
 	}
 
+	// Another process at the path (a new worker the master does not
+	// keep): its answers do not count, and the change goes through the
+	// master to the worker that serves.
+	if err := os.Remove(wsock); err != nil {
+		t.Fatal(err)
+	}
+	other, err := net.Listen("unix", wsock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for c, err := other.Accept(); err == nil; c, err = other.Accept() {
+			_, _ = bufio.NewReader(c).ReadString('\n')
+			_, _ = io.WriteString(c, "Name: HAProxy\nPid: 1\n\n\n")
+			c.Close()
+		}
+	}()
+	before := forwarded()
+	if err := rt.Apply(ctx, []string{"set server web/s2 weight 4"}); err != nil {
+		t.Fatal(err)
+	}
+	weight(4)
+	if n := forwarded() - before; n == 0 {
+		t.Errorf("another process at the socket's path took the commands: %q", seen())
+	}
+	other.Close()
+
 	// A reload that fails on a busy port: whichever process last took
 	// the socket's path, the change reaches the worker the master keeps.
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
@@ -315,7 +342,7 @@ func TestRuntimeOverTheWorkerSocketRealHAProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	before := forwarded()
+	before = forwarded()
 	if err := os.Remove(wsock); err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
 	}

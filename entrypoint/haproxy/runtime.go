@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 )
 
@@ -24,47 +23,39 @@ type Runtime struct {
 }
 
 // WorkerSocket is a stats socket that each worker binds at the same path,
-// the newest taking it over. It is used only once `show info` over it has
-// named the pid the master lists as its one current worker.
-type WorkerSocket struct {
-	cli *MasterCLI
-	mu  sync.Mutex
-	pid int // the current worker it was found to reach; 0: not known
-}
+// the newest taking it over. A new worker that took it may not be the one
+// the master keeps (a reload that failed or is still loading), so every
+// connection starts with `show info`, and its answers count only when
+// that names the master's current worker.
+type WorkerSocket struct{ cli *MasterCLI }
 
 // NewWorkerSocket returns the worker socket at path.
 func NewWorkerSocket(path string) *WorkerSocket {
 	return &WorkerSocket{cli: &MasterCLI{Network: "unix", Addr: path}}
 }
 
-// reaches reports whether the socket reaches the master's current worker.
-// A reload changes the current worker only through the applier, which
-// does not send commands meanwhile; a new worker that took the path and
-// died (a failed reload) refuses connections, and do forgets it then.
-func (w *WorkerSocket) reaches(ctx context.Context, master *MasterCLI) bool {
+// do sends cmds to the master's current worker over the socket. It
+// reports false when they must go through the master instead: the socket
+// is gone or refuses (then nothing was sent), or it reached another
+// process (whose state does not count; the commands are idempotent).
+func (w *WorkerSocket) do(ctx context.Context, master *MasterCLI, cmds []string) (string, bool, error) {
 	procs, err := master.ShowProc(ctx)
 	if err != nil || len(procs.Workers) != 1 {
-		return false
+		return "", false, nil
 	}
-	cur := procs.Workers[0].Pid
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.pid == cur {
-		return true
+	out, err := w.cli.Do(ctx, "show info; "+strings.Join(cmds, "; "))
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT):
+		return "", false, nil
+	case err != nil:
+		return "", true, err
 	}
-	w.pid = 0
-	out, err := w.cli.Do(ctx, "show info")
-	if err != nil || infoPid(out) != cur {
-		return false
+	// Each answer ends with an empty line; show info has none inside.
+	info, rest, ok := strings.Cut(out, "\n\n")
+	if !ok || infoPid(info) != procs.Workers[0].Pid {
+		return "", false, nil
 	}
-	w.pid = cur
-	return true
-}
-
-func (w *WorkerSocket) forget() {
-	w.mu.Lock()
-	w.pid = 0
-	w.mu.Unlock()
+	return rest, true, nil
 }
 
 // infoPid is the Pid of `show info`, or 0.
@@ -80,12 +71,10 @@ func infoPid(out string) int {
 
 // do sends cmds in one connection to the current worker.
 func (r Runtime) do(ctx context.Context, cmds []string) (string, error) {
-	if r.Worker != nil && r.Worker.reaches(ctx, r.CLI) {
-		out, err := r.Worker.cli.Do(ctx, strings.Join(cmds, "; "))
-		if err == nil || !(errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT)) {
+	if r.Worker != nil {
+		if out, used, err := r.Worker.do(ctx, r.CLI, cmds); used {
 			return out, err
 		}
-		r.Worker.forget() // nothing was sent
 	}
 	prefixed := make([]string, len(cmds))
 	for i, c := range cmds {
