@@ -175,6 +175,21 @@ func TestBackendServersStateRealHAProxy(t *testing.T) {
 	if _, err := rt.BackendServersState(ctx, []string{"nope"}); err == nil {
 		t.Error("an unknown backend answered no error")
 	}
+	// Several backends are read in one connection, each answer its own.
+	got, err = rt.BackendServersState(ctx, []string{"api", "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names = names[:0]
+	for _, s := range got {
+		names = append(names, fmt.Sprintf("%s/%s:%d:%s", s.Backend, s.Server, s.Port, s.Mode()))
+	}
+	if want := "api/s1:3:ready web/s1:1:maint web/s2:2:ready"; strings.Join(names, " ") != want {
+		t.Errorf("api's and web's servers: %s, want %s", strings.Join(names, " "), want)
+	}
+	if _, err := rt.BackendServersState(ctx, []string{"api", "nope"}); err == nil || !strings.Contains(err.Error(), "nope") {
+		t.Errorf("an unknown backend after a known one: %v, want an error naming it", err)
+	}
 }
 
 // recordingMaster is a Unix socket in front of the master CLI at addr
@@ -228,9 +243,10 @@ func TestRuntimeOverTheWorkerSocketRealHAProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b = []byte(strings.Replace(string(b), "global\n", "global\n"+
-		strings.TrimPrefix(Defaults{WorkerSocket: wsock}.File(Directives{}), "# Written by seamless: defaults for settings the configuration leaves out.\nglobal\n"), 1) +
-		"backend web\n    server s1 127.0.0.1:1 disabled\n    server s2 127.0.0.1:2\n")
+	// The defaults file's global section, as seamless loads it.
+	b = append(b, Defaults{WorkerSocket: wsock}.File(Directives{})+
+		"backend web\n    server s1 127.0.0.1:1 disabled\n    server s2 127.0.0.1:2\n"+
+		"backend api\n    server s1 127.0.0.1:3\n"...)
 	if err := os.WriteFile(cfg, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +260,7 @@ func TestRuntimeOverTheWorkerSocketRealHAProxy(t *testing.T) {
 	rt := Runtime{CLI: master, Worker: NewWorkerSocket(wsock)}
 	weight := func(want int) {
 		t.Helper()
-		got, err := rt.BackendServersState(ctx, []string{"web"})
+		got, err := rt.BackendServersState(ctx, []string{"api", "web"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -257,7 +273,7 @@ func TestRuntimeOverTheWorkerSocketRealHAProxy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(got) != 2 || got[1].Weight != want || viaMaster[1].Weight != want {
+		if len(got) != 3 || got[2].Server != "s2" || got[2].Weight != want || viaMaster[1].Weight != want {
 			t.Fatalf("web/s2 weight over the runtime %+v, through the master %+v; want %d", got, viaMaster, want)
 		}
 	}
@@ -353,6 +369,14 @@ func TestRuntimeOverTheWorkerSocketRealHAProxy(t *testing.T) {
 		t.Errorf("with the socket gone, %d commands went through the master, want 1: %q", n, seen())
 	}
 	weight(5)
+	// Two backends' states are read in one connection.
+	before, lines := forwarded(), len(seen())
+	if got, err := rt.BackendServersState(ctx, []string{"api", "web"}); err != nil || len(got) != 3 {
+		t.Fatalf("api's and web's servers: %+v %v", got, err)
+	}
+	if n := forwarded() - before; n != 1 {
+		t.Errorf("two backends' states took %d connections, want 1: %q", n, seen()[lines:])
+	}
 }
 
 // startMaster runs HAProxy in master-worker mode on cfg, killed with the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -165,21 +166,33 @@ func (r Runtime) ServersState(ctx context.Context) (string, []ServerState, error
 // BackendServersState is ServersState for the named backends only, one
 // `show servers state <backend>` each: what a runtime change touched,
 // rather than every server of a configuration that may hold thousands.
+// They go in one connection per commandsPerConn backends.
 func (r Runtime) BackendServersState(ctx context.Context, backends []string) ([]ServerState, error) {
 	var all []ServerState
-	for _, b := range backends {
-		if b == "" || strings.ContainsAny(b, " \t;\n") {
-			return nil, fmt.Errorf("show servers state: backend %q: not a backend name", b)
+	for batch := range slices.Chunk(backends, commandsPerConn) {
+		cmds := make([]string, len(batch))
+		for i, b := range batch {
+			if b == "" || strings.ContainsAny(b, " \t;\n") {
+				return nil, fmt.Errorf("show servers state: backend %q: not a backend name", b)
+			}
+			cmds[i] = "show servers state " + b
 		}
-		out, err := r.do(ctx, []string{"show servers state " + b})
+		out, err := r.do(ctx, cmds)
 		if err != nil {
-			return nil, fmt.Errorf("show servers state %s: %w", b, err)
+			return nil, fmt.Errorf("show servers state %s: %w", strings.Join(batch, " "), err)
 		}
-		states, err := ParseServersState(out)
-		if err != nil {
-			return nil, fmt.Errorf("backend %s: %w", b, err)
+		// Each answer ends with an empty line, and has none inside.
+		answers := strings.Split(strings.TrimSuffix(out, "\n\n"), "\n\n")
+		if len(answers) != len(batch) {
+			return nil, fmt.Errorf("show servers state %s: %d answers, want %d: %.200q", strings.Join(batch, " "), len(answers), len(batch), out)
 		}
-		all = append(all, states...)
+		for i, b := range batch {
+			states, err := ParseServersState(answers[i])
+			if err != nil {
+				return nil, fmt.Errorf("backend %s: %w", b, err)
+			}
+			all = append(all, states...)
+		}
 	}
 	return all, nil
 }
