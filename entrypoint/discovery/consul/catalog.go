@@ -131,12 +131,18 @@ func (f *catalogFetcher) fetch(ctx context.Context) (model.Result, error) {
 	return model.Result{Catalog: cat}, nil
 }
 
-// pace is the per-service catalog's, while it serves (selfPaced).
+// pace is the per-service catalog's, while it serves (selfPaced), after
+// the catalog it passed on last. It runs on the watch's goroutine, which
+// is the one that fetches.
 func (f *catalogFetcher) pace() (time.Duration, bool) {
 	if f.split == nil {
 		return 0, false
 	}
-	return catalogPace(f.split.instances), true
+	n := 0
+	if f.split.last != nil {
+		n = len(f.split.last.Instances)
+	}
+	return catalogPace(n), true
 }
 
 // staleness is the per-service watches' staleness, while they serve.

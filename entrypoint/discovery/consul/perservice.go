@@ -116,7 +116,6 @@ type splitCatalog struct {
 	dirty           bool // a part changed since the last assembly
 	moved           bool // only an index moved since: the last catalog, re-dated, will do
 	last            *model.Catalog
-	instances       int // in last
 	warnedACL       atomic.Bool
 	converted       atomic.Uint64 // health answers converted
 	// stale holds why each sub-watch's latest answer was refused as
@@ -265,7 +264,6 @@ func (c *splitCatalog) fetch(ctx context.Context) (*model.Catalog, error) {
 		switch {
 		case c.complete && (c.dirty || c.moved && c.last == nil):
 			c.last, c.dirty, c.moved = c.assemble(), false, false
-			c.instances = len(c.last.Instances)
 			return c.last, nil
 		case c.complete && c.moved && c.last != nil:
 			// Every change answers the service list too, at its new

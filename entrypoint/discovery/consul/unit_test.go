@@ -427,6 +427,23 @@ func TestCatalogPaceIsPerInstanceAndBounded(t *testing.T) {
 	}
 }
 
+// The catalog paces itself by the catalog it passed on last, and only
+// while its per-service watches serve.
+func TestTheCatalogPacesByItsLastCatalog(t *testing.T) {
+	f := &catalogFetcher{}
+	if _, self := f.pace(); self {
+		t.Error("the node dump paces itself; want minInterval")
+	}
+	f.split = &splitCatalog{}
+	if d, self := f.pace(); !self || d != 0 {
+		t.Errorf("before a catalog: %s %v, want 0 true", d, self)
+	}
+	f.split.last = &model.Catalog{Instances: make([]model.Instance, 1000)}
+	if d, _ := f.pace(); d != 10*time.Millisecond {
+		t.Errorf("after 1,000 instances: %s, want 10ms", d)
+	}
+}
+
 // When one query sees Consul's index go backwards (a restarted Consul),
 // the others, still blocked on the old index where the new Consul would
 // hold them for the whole wait, are cut short and read afresh.
