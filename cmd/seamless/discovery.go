@@ -203,7 +203,11 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 		Log:       log,
 	}
 	if stateFile != "" {
-		opts.Runtime = haproxy.Runtime{CLI: cli, Worker: haproxy.NewWorkerSocket(filepath.Join(cfg.RunDir, workerSocketName))}
+		rt := haproxy.Runtime{CLI: cli}
+		if p := workerSocket(cfg.RunDir); p != "" {
+			rt.Worker = haproxy.NewWorkerSocket(p)
+		}
+		opts.Runtime = rt
 	}
 	a, err := apply.New(opts)
 	if err != nil {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -77,6 +79,11 @@ func TestScalingWithoutReloads(t *testing.T) {
 	}
 	if in.metric(runtimeUpdates) < 2 {
 		t.Errorf("runtime updates = %v, want at least 2", in.metric(runtimeUpdates))
+	}
+	// The runtime API's fast way: the worker's own socket, which
+	// seamless declares and HAProxy binds in the run directory.
+	if fi, err := os.Stat(filepath.Join(in.runDir, "worker.sock")); err != nil || fi.Mode().Type() != os.ModeSocket {
+		t.Errorf("the worker's socket in the run directory: %v %v", fi, err)
 	}
 
 	t.Log("9 instances outgrow 8 slots: one reload")

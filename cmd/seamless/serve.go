@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -228,8 +229,8 @@ func writeDefaults(cfg *config.Config, cl *haproxy.CommandLine, path string, log
 			"files", cl.ConfigFiles)
 	}
 	warnWithheldRefs(cl.ConfigFiles, log)
-	content := haproxy.Defaults{HardStopAfter: cfg.HardStopAfter, MaxReloads: cfg.MaxReloads,
-		WorkerSocket: filepath.Join(filepath.Dir(path), workerSocketName)}.File(have)
+	wsock := workerSocket(filepath.Dir(path))
+	content := haproxy.Defaults{HardStopAfter: cfg.HardStopAfter, MaxReloads: cfg.MaxReloads, WorkerSocket: wsock}.File(have)
 	if content == "" {
 		if rmErr := os.Remove(path); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
 			return nil, rmErr
@@ -241,13 +242,19 @@ func writeDefaults(cfg *config.Config, cl *haproxy.CommandLine, path string, log
 	}
 	log.Info("adding defaults the configuration does not set", "file", path,
 		"hard_stop_after", cfg.HardStopAfter, "mworker_max_reloads", cfg.MaxReloads,
-		"worker_socket", filepath.Join(filepath.Dir(path), workerSocketName))
+		"worker_socket", cmp.Or(wsock, "none: the runtime API goes through the master CLI"))
 	return []string{"-f", path}, nil
 }
 
-// workerSocketName is the worker's stats socket in the run directory,
-// beside the defaults file that declares it (haproxy.Runtime.Worker).
-const workerSocketName = "worker.sock"
+// workerSocket is the worker's stats socket in dir (the run directory,
+// beside the defaults file that declares it; haproxy.Runtime.Worker), or
+// "" when its path cannot be one.
+func workerSocket(dir string) string {
+	if p := filepath.Join(dir, "worker.sock"); haproxy.SocketPathFits(p) {
+		return p
+	}
+	return ""
+}
 
 // withheldRef finds "${NAME}" or "$NAME" where NAME is kept from HAProxy.
 var withheldRef = regexp.MustCompile(`\$\{?((?:CONSUL|DOCKER|SEAMLESS)_[A-Za-z0-9_]*)`)

@@ -77,6 +77,12 @@ type Defaults struct {
 // bytes with the terminating NUL).
 const maxSocketPath = 107
 
+// SocketPathFits reports whether path can be written in a configuration
+// unquoted and bound as a Unix socket.
+func SocketPathFits(path string) bool {
+	return path != "" && len(path) <= maxSocketPath && !strings.ContainsAny(path, " \t\n#\"'\\$")
+}
+
 // File renders a config file with the defaults the user did not set, or ""
 // when there is nothing to add. It is loaded before the user's files so that
 // the user's own values would win anyway.
@@ -88,7 +94,7 @@ func (def Defaults) File(have Directives) string {
 	if def.MaxReloads > 0 && !have.MworkerMaxReloads {
 		fmt.Fprintf(&b, "    mworker-max-reloads %d\n", def.MaxReloads)
 	}
-	if p := def.WorkerSocket; p != "" && len(p) <= maxSocketPath && !strings.ContainsAny(p, " \t\n#\"'\\$") {
+	if p := def.WorkerSocket; SocketPathFits(p) {
 		fmt.Fprintf(&b, "    stats socket %s mode 600 level admin\n", p)
 	}
 	if b.Len() == 0 {
