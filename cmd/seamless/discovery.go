@@ -203,7 +203,7 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 		Log:       log,
 	}
 	if stateFile != "" {
-		rt := haproxy.Runtime{CLI: cli}
+		rt := haproxy.Runtime{CLI: cli, Connected: func(via string) { m.RuntimeConns.WithLabelValues(via).Inc() }}
 		if p := workerSocket(cfg.RunDir); p != "" {
 			rt.Worker = haproxy.NewWorkerSocket(p)
 		}

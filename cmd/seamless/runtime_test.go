@@ -14,7 +14,11 @@ import (
 	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
-const runtimeUpdates = `seamless_runtime_updates_total{result="success"}`
+const (
+	runtimeUpdates = `seamless_runtime_updates_total{result="success"}`
+	connsViaWorker = `seamless_runtime_connections_total{via="worker"}`
+	connsViaMaster = `seamless_runtime_connections_total{via="master"}`
+)
 
 // Scaling 2 → 8 → 2 under load changes servers over the runtime API: no
 // reload, no new worker, no failed request, and requests in flight on the
@@ -38,6 +42,7 @@ func TestScalingWithoutReloads(t *testing.T) {
 	r.eventuallyServedBy(t, "127.0.0.1", names[:2]...)
 	workers := in.showProc().Workers
 	reloads := in.metric(successes)
+	viaWorker, viaMaster := in.metric(connsViaWorker), in.metric(connsViaMaster)
 	loads := startLoadOn(t, r.http, 2*time.Minute)
 
 	t.Log("2 → 8")
@@ -84,6 +89,9 @@ func TestScalingWithoutReloads(t *testing.T) {
 	// seamless declares and HAProxy binds in the run directory.
 	if fi, err := os.Stat(filepath.Join(in.runDir, "worker.sock")); err != nil || fi.Mode().Type() != os.ModeSocket {
 		t.Errorf("the worker's socket in the run directory: %v %v", fi, err)
+	}
+	if w, m := in.metric(connsViaWorker)-viaWorker, in.metric(connsViaMaster)-viaMaster; w < 2 || m != 0 {
+		t.Errorf("runtime connections over the worker's socket %v, through the master %v; want at least 2 and none", w, m)
 	}
 
 	t.Log("9 instances outgrow 8 slots: one reload")

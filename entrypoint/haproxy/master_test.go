@@ -257,7 +257,16 @@ func TestRuntimeOverTheWorkerSocketRealHAProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	master, seen := recordingMaster(t, direct.Addr)
-	rt := Runtime{CLI: master, Worker: NewWorkerSocket(wsock)}
+	var vias []string
+	rt := Runtime{CLI: master, Worker: NewWorkerSocket(wsock), Connected: func(v string) { vias = append(vias, v) }}
+	// went checks that every connection since the last call went via.
+	went := func(via string) {
+		t.Helper()
+		if len(vias) == 0 || slices.ContainsFunc(vias, func(v string) bool { return v != via }) {
+			t.Errorf("connections went %q, want each %s", vias, via)
+		}
+		vias = nil
+	}
 	weight := func(want int) {
 		t.Helper()
 		got, err := rt.BackendServersState(ctx, []string{"api", "web"})
@@ -293,6 +302,7 @@ func TestRuntimeOverTheWorkerSocketRealHAProxy(t *testing.T) {
 	if n := forwarded(); n != 0 {
 		t.Errorf("%d commands went through the master, want none: %q", n, seen())
 	}
+	went(ViaWorker)
 
 	res, err := direct.Reload(ctx)
 	if err != nil || !res.OK {
@@ -308,6 +318,7 @@ func TestRuntimeOverTheWorkerSocketRealHAProxy(t *testing.T) {
 	if n := forwarded(); n != 0 {
 		t.Errorf("after the reload %d commands went through the master, want none: %q", n, seen())
 	}
+	went(ViaWorker)
 
 	// Another process at the path (a new worker the master does not
 	// keep): its answers do not count, and the change goes through the
@@ -334,6 +345,7 @@ func TestRuntimeOverTheWorkerSocketRealHAProxy(t *testing.T) {
 	if n := forwarded() - before; n == 0 {
 		t.Errorf("another process at the socket's path took the commands: %q", seen())
 	}
+	went(ViaMaster)
 	other.Close()
 
 	// A reload that fails on a busy port: whichever process last took
@@ -369,6 +381,7 @@ func TestRuntimeOverTheWorkerSocketRealHAProxy(t *testing.T) {
 		t.Errorf("with the socket gone, %d commands went through the master, want 1: %q", n, seen())
 	}
 	weight(5)
+	went(ViaMaster)
 	// Two backends' states are read in one connection.
 	before, lines := forwarded(), len(seen())
 	if got, err := rt.BackendServersState(ctx, []string{"api", "web"}); err != nil || len(got) != 3 {

@@ -21,7 +21,17 @@ type Runtime struct {
 	// server` commands took 16 ms at p50 through the master and 0.5 ms
 	// on the worker's socket.
 	Worker *WorkerSocket
+	// Connected, when set, learns which way each connection that carried
+	// commands went (ViaWorker or ViaMaster): a worker socket that is
+	// declared but never used costs a dial and a `show proc` every time.
+	Connected func(via string)
 }
+
+// The ways a runtime connection can go.
+const (
+	ViaWorker = "worker" // the worker's own stats socket
+	ViaMaster = "master" // the master CLI, "@1"
+)
 
 // WorkerSocket is a stats socket that each worker binds at the same path,
 // the newest taking it over. A new worker that took it may not be the one
@@ -74,14 +84,22 @@ func infoPid(out string) int {
 func (r Runtime) do(ctx context.Context, cmds []string) (string, error) {
 	if r.Worker != nil {
 		if out, used, err := r.Worker.do(ctx, r.CLI, cmds); used {
+			r.connected(ViaWorker)
 			return out, err
 		}
 	}
+	r.connected(ViaMaster)
 	prefixed := make([]string, len(cmds))
 	for i, c := range cmds {
 		prefixed[i] = "@1 " + c
 	}
 	return r.CLI.Do(ctx, strings.Join(prefixed, "; "))
+}
+
+func (r Runtime) connected(via string) {
+	if r.Connected != nil {
+		r.Connected(via)
+	}
 }
 
 // commandsPerConn bounds how many commands a single CLI connection

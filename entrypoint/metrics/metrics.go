@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/seamless-lb/seamless/entrypoint/haproxy"
 	"github.com/seamless-lb/seamless/entrypoint/model"
 )
 
@@ -40,6 +41,8 @@ type Metrics struct {
 	ConsulIndex     *prometheus.GaugeVec
 	SourceSnapshots *prometheus.CounterVec
 	RuntimeUpdates  *prometheus.CounterVec
+	// RuntimeConns counts runtime API connections by the way they went.
+	RuntimeConns *prometheus.CounterVec
 }
 
 // Results of applying a rendered configuration.
@@ -116,6 +119,10 @@ func New() *Metrics {
 			Name: "seamless_runtime_updates_total",
 			Help: "Membership changes applied over HAProxy's runtime API without a reload, by result; a failure falls back to a reload.",
 		}, []string{"result"}),
+		RuntimeConns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seamless_runtime_connections_total",
+			Help: "Connections that carried runtime API commands or state reads, by the way they went: worker (the worker's own stats socket, the fast way) or master (the master CLI: the worker socket is not declared, gone, or held by a process that is not the current worker, e.g. during a reload).",
+		}, []string{"via"}),
 		SourceSnapshots: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seamless_source_snapshots_total",
 			Help: "Snapshots received from each discovery source.",
@@ -126,12 +133,14 @@ func New() *Metrics {
 	}
 	m.RuntimeUpdates.WithLabelValues(Success)
 	m.RuntimeUpdates.WithLabelValues(Failure)
+	m.RuntimeConns.WithLabelValues(haproxy.ViaWorker)
+	m.RuntimeConns.WithLabelValues(haproxy.ViaMaster)
 	m.Reloads.WithLabelValues(Success)
 	m.Reloads.WithLabelValues(Failure)
 	m.Registry.MustRegister(
 		m.Reloads, m.ReloadDuration, m.ReloadRequests, m.ReloadsCoalesced, m.ConfigErrors, m.ConfigWriteErrors,
 		m.SocketTransferFailures, m.Workers, m.LastReloadSuccess, m.HAProxyUp,
-		m.Applies, m.LastApply, m.Discovered, m.ConsulIndex, m.SourceSnapshots, m.RuntimeUpdates,
+		m.Applies, m.LastApply, m.Discovered, m.ConsulIndex, m.SourceSnapshots, m.RuntimeUpdates, m.RuntimeConns,
 		collectors.NewGoCollector(),
 		withoutNamespaceTotals{collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})},
 	)
