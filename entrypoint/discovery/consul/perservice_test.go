@@ -232,3 +232,36 @@ func TestADefaultAgentServesTheDefaultBudget(t *testing.T) {
 		})
 	}
 }
+
+// A service that changes again right after a change is read again at
+// once, not after a pause: a change written after that second one, to
+// another service, does not overtake it. (A pause after every answer held
+// the second change up to minInterval while the other service's passed.)
+func TestASecondChangeIsNotHeldBehindAnotherService(t *testing.T) {
+	agent := testenv.Consul(t)
+	c := agent.Client()
+	register(t, c, "n1", "10.0.0.1", &api.AgentService{ID: "a", Service: "a", Port: 1})
+	register(t, c, "n2", "10.0.0.2", &api.AgentService{ID: "b", Service: "b", Port: 1})
+	r := startSource(t, agent.Addr(), Config{}, model.LocalCatalog)
+	r.waitFor("a and b", func(s model.Snapshot) bool { return len(instances(s, "a")) == 1 && len(instances(s, "b")) == 1 })
+	r.steady(watching(3)) // a, b and consul
+	port := func(s model.Snapshot, name string) int {
+		if in := instances(s, name); len(in) == 1 {
+			return in[0].Port
+		}
+		return 0
+	}
+	register(t, c, "n1", "10.0.0.1", &api.AgentService{ID: "a", Service: "a", Port: 2})
+	r.waitFor("a's first change", func(s model.Snapshot) bool { return port(s, "a") == 2 })
+	register(t, c, "n1", "10.0.0.1", &api.AgentService{ID: "a", Service: "a", Port: 3})
+	register(t, c, "n2", "10.0.0.2", &api.AgentService{ID: "b", Service: "b", Port: 3})
+	r.waitFor("both changes", func(s model.Snapshot) bool { return port(s, "a") == 3 && port(s, "b") == 3 })
+	for _, s := range r.history() {
+		if port(s, "b") == 3 {
+			if port(s, "a") != 3 {
+				t.Errorf("b's change was passed on before a's second change, written first: a at port %d", port(s, "a"))
+			}
+			break
+		}
+	}
+}

@@ -17,7 +17,7 @@ import (
 // run reads sb's query until its context ends, sending an event for each
 // answer and each failure; a failure is retried with backoff.
 func (c *splitCatalog) run(ctx context.Context, sb *sub) {
-	w := &subWatch{c: c, ctx: ctx, sb: sb, bo: c.s.newBackoff()}
+	w := &subWatch{c: c, ctx: ctx, sb: sb, bo: c.s.newBackoff(), pace: pacer{burst: queryBurst, interval: minInterval}}
 	if sb.seed > 0 { // wait for a change after the seed's read
 		w.cur.index, w.prev, w.have = sb.seed, sb.seedDigest, true
 	}
@@ -38,6 +38,7 @@ type subWatch struct {
 	have  bool
 	trail viewTrail // a health query's: is its view followed (viewcheck.go)
 	bo    *backoff.Backoff
+	pace  pacer
 	epoch context.Context // the restart context of the last request
 
 	// Of the request in flight.
@@ -94,7 +95,11 @@ func (w *subWatch) loop(h *heldHealth) {
 			continue
 		}
 		w.bo.Reset()
-		if !w.answered(ev, index) || !sleep(ctx, minInterval) {
+		if !w.answered(ev, index) {
+			return
+		}
+		w.pace.answered(time.Now())
+		if !w.pace.wait(ctx) {
 			return
 		}
 	}
