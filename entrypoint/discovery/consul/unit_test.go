@@ -373,8 +373,8 @@ func (p pacedScript) pace() (time.Duration, bool) { return catalogPace(p.instanc
 // A per-service catalog's answers to one write arrive a few milliseconds
 // apart; the one carrying the change must not wait out a pause the first
 // started, while a steady stream of answers is held to the catalog's pace:
-// 10 ms at 1,000 instances (minInterval held 50 changes a second across
-// services 100 ms apart), minInterval from 10,000 on.
+// 4 ms at 1,000 instances (minInterval held 50 changes a second across
+// services 100 ms apart), minInterval from 25,000 on.
 func TestAPerServiceCatalogPassesABurstOnAtItsPace(t *testing.T) {
 	repeat := func(d time.Duration) []time.Duration { return slices.Repeat([]time.Duration{d}, 3) }
 	for _, tc := range []struct {
@@ -383,8 +383,8 @@ func TestAPerServiceCatalogPassesABurstOnAtItsPace(t *testing.T) {
 		want []time.Duration // between one call and the next
 	}{
 		{"per service, 1,000 instances", func(s *scripted) fetcher { return pacedScript{s, 1000} },
-			append([]time.Duration{0, 0, 0}, repeat(10*time.Millisecond)...)},
-		{"per service, 20,000 instances", func(s *scripted) fetcher { return pacedScript{s, 20000} },
+			append([]time.Duration{0, 0, 0}, repeat(4*time.Millisecond)...)},
+		{"per service, 30,000 instances", func(s *scripted) fetcher { return pacedScript{s, 30000} },
 			append([]time.Duration{0, 0, 0}, repeat(minInterval)...)},
 		{"one query", func(s *scripted) fetcher { return s }, slices.Repeat([]time.Duration{minInterval}, 6)},
 	} {
@@ -420,7 +420,7 @@ func TestCatalogPaceIsPerInstanceAndBounded(t *testing.T) {
 	for _, tc := range []struct {
 		instances int
 		want      time.Duration
-	}{{0, 0}, {-1, 0}, {1, 10 * time.Microsecond}, {1000, 10 * time.Millisecond}, {10000, minInterval}, {100000, minInterval}} {
+	}{{0, 0}, {-1, 0}, {1, 4 * time.Microsecond}, {1000, 4 * time.Millisecond}, {10000, 40 * time.Millisecond}, {25000, minInterval}, {100000, minInterval}} {
 		if got := catalogPace(tc.instances); got != tc.want {
 			t.Errorf("catalogPace(%d) = %s, want %s", tc.instances, got, tc.want)
 		}
@@ -439,8 +439,8 @@ func TestTheCatalogPacesByItsLastCatalog(t *testing.T) {
 		t.Errorf("before a catalog: %s %v, want 0 true", d, self)
 	}
 	f.split.last = &model.Catalog{Instances: make([]model.Instance, 1000)}
-	if d, _ := f.pace(); d != 10*time.Millisecond {
-		t.Errorf("after 1,000 instances: %s, want 10ms", d)
+	if d, _ := f.pace(); d != 4*time.Millisecond {
+		t.Errorf("after 1,000 instances: %s, want 4ms", d)
 	}
 }
 

@@ -32,10 +32,12 @@ const (
 	// holds. Each catalog passed on costs the pipeline after it work in
 	// proportion to the instances (assembly, removal guard, merge, the
 	// change's description): about 0.5 µs each, measured at 1,000 × 10
-	// under 50 changes a second. At 10 µs each that is a twentieth of a
-	// core at most, and a small catalog is not held to minInterval: at
-	// 100 × 10 that held 50 changes a second 71-85 ms apart at p50.
-	perInstancePace = 10 * time.Microsecond
+	// under 50 changes a second. At 4 µs each that is an eighth of a core
+	// at most, and a small catalog is not held to minInterval: at 100 ×
+	// 10 that held 50 changes a second 71-85 ms apart at p50. At 1,000 ×
+	// 10, 10 µs (100 ms) gave a change → file p50 of 69-75 ms, 4 µs 32-46
+	// ms and 2 µs 31-36 ms, at 5, 8.5 and 12.5 ms of CPU per change.
+	perInstancePace = 4 * time.Microsecond
 )
 
 // catalogPace is the shortest time, on average, between two catalogs of
