@@ -156,8 +156,17 @@ func TestOneChangePlansOneBackend(t *testing.T) {
 	}
 	before = r.plans.planned
 	render(t, r, catalog(insts...))
+	if n := r.plans.planned - before; n != 0 {
+		t.Errorf("nothing changed while one backend drains: planned %d backends, want none", n)
+	}
+	now = now.Add(10 * time.Second) // the drain ends
+	before = r.plans.planned
+	ended := render(t, r, catalog(insts...))
 	if n := r.plans.planned - before; n != 1 {
-		t.Errorf("nothing changed while one backend drains: planned %d backends, want that one", n)
+		t.Errorf("the drain ended: planned %d backends, want the one that drained", n)
+	}
+	if got := slotStates(ended); strings.Contains(got, "svc23-1:drain") || !ended.Recheck.IsZero() {
+		t.Errorf("after the drain, the old slot still drains (%s) or a recheck is due at %v", got, ended.Recheck)
 	}
 }
 
