@@ -253,11 +253,11 @@ func TestBenchPipeline(t *testing.T) {
 						var cmds []string
 						st.time("runtime: commands", func() { cmds, _ = slotCommands(a.runRend.Servers, rend.Servers, !rend.NoHealthChecks) })
 						st.time("runtime: apply + show servers state + verify", func() {
-							if err := fake.Apply(ctx, cmds); err != nil {
+							touched := touchedSlots(cmds)
+							want, states, err := applyAndRead(ctx, fake, cmds, rend.Servers, touched)
+							if err != nil {
 								t.Fatal(err)
 							}
-							touched := touchedSlots(cmds)
-							want, states, _ := touchedState(ctx, fake, rend.Servers, touched)
 							if err := verify(want, states, touched); err != nil {
 								t.Fatal(err)
 							}

@@ -50,11 +50,8 @@ func (a *Applier) runtime(ctx context.Context, rend model.Rendering) error {
 	if err != nil {
 		return err
 	}
-	if err := a.opts.Runtime.Apply(ctx, cmds); err != nil {
-		return err
-	}
 	touched := touchedSlots(cmds)
-	want, states, err := touchedState(ctx, a.opts.Runtime, rend.Servers, touched)
+	want, states, err := applyAndRead(ctx, a.opts.Runtime, cmds, rend.Servers, touched)
 	if err != nil {
 		return err
 	}

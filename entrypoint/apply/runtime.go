@@ -28,29 +28,52 @@ type backendStates interface {
 	BackendServersState(ctx context.Context, backends []string) ([]haproxy.ServerState, error)
 }
 
-// touchedState reads back the servers of the backends cmds touched, and
-// returns the slots of want in those backends (all of them, and every
-// server's state, when the Runtime can only read them all).
-func touchedState(ctx context.Context, rt Runtime, want model.Slots, touched map[string]bool) ([]model.ServerSlot, []haproxy.ServerState, error) {
-	bs, ok := rt.(backendStates)
-	if !ok {
-		_, states, err := rt.ServersState(ctx)
-		return want.Flat(), states, err
+// appliesAndReads is a Runtime that sends commands and reads back the
+// backends they touched in one go (haproxy.Runtime: in one connection).
+type appliesAndReads interface {
+	ApplyAndRead(ctx context.Context, cmds, backends []string) ([]haproxy.ServerState, error)
+}
+
+// applyAndRead sends cmds, then reads back the servers of the backends
+// they touched; it returns the slots of want in those backends (all of
+// them, and every server's state, when the Runtime can only read them all).
+func applyAndRead(ctx context.Context, rt Runtime, cmds []string, want model.Slots, touched map[string]bool) ([]model.ServerSlot, []haproxy.ServerState, error) {
+	backends := touchedBackends(touched)
+	if ar, ok := rt.(appliesAndReads); ok {
+		states, err := ar.ApplyAndRead(ctx, cmds, backends)
+		return slotsIn(want, backends), states, err
 	}
+	if err := rt.Apply(ctx, cmds); err != nil {
+		return nil, nil, err
+	}
+	if bs, ok := rt.(backendStates); ok {
+		states, err := bs.BackendServersState(ctx, backends)
+		return slotsIn(want, backends), states, err
+	}
+	_, states, err := rt.ServersState(ctx)
+	return want.Flat(), states, err
+}
+
+// touchedBackends are the backends of the touched slots, sorted.
+func touchedBackends(touched map[string]bool) []string {
 	backends := map[string]bool{}
 	for k := range touched {
 		if i := strings.LastIndexByte(k, '/'); i >= 0 {
 			backends[k[:i]] = true
 		}
 	}
+	return slices.Sorted(maps.Keys(backends))
+}
+
+// slotsIn are the slots of want in backends (sorted).
+func slotsIn(want model.Slots, backends []string) []model.ServerSlot {
 	var in []model.ServerSlot
 	for _, b := range want.Backends() {
-		if backends[b[0].Backend] {
+		if _, ok := slices.BinarySearch(backends, b[0].Backend); ok {
 			in = append(in, b...)
 		}
 	}
-	states, err := bs.BackendServersState(ctx, slices.Sorted(maps.Keys(backends)))
-	return in, states, err
+	return in
 }
 
 func slotKey(backend, server string) string { return backend + "/" + server }

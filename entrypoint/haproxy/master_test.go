@@ -319,6 +319,13 @@ func TestRuntimeOverTheWorkerSocketRealHAProxy(t *testing.T) {
 		t.Errorf("after the reload %d commands went through the master, want none: %q", n, seen())
 	}
 	went(ViaWorker)
+	applyAndRead(t, ctx, rt, 8)
+	if len(vias) != 1 {
+		t.Errorf("commands and their read-back took %d connections, want 1", len(vias))
+	}
+	went(ViaWorker)
+	refusedAndRead(t, ctx, rt)
+	went(ViaWorker)
 
 	// Another process at the path (a new worker the master does not
 	// keep): its answers do not count, and the change goes through the
@@ -389,6 +396,35 @@ func TestRuntimeOverTheWorkerSocketRealHAProxy(t *testing.T) {
 	}
 	if n := forwarded() - before; n != 1 {
 		t.Errorf("two backends' states took %d connections, want 1: %q", n, seen()[lines:])
+	}
+	before = forwarded()
+	applyAndRead(t, ctx, rt, 2)
+	if n := forwarded() - before; n != 1 {
+		t.Errorf("through the master, commands and their read-back took %d connections, want 1", n)
+	}
+	went(ViaMaster)
+	refusedAndRead(t, ctx, rt)
+}
+
+// applyAndRead sets web/s2's weight and web/s1 ready with their read-back
+// in one connection.
+func applyAndRead(t *testing.T, ctx context.Context, rt Runtime, weight int) {
+	t.Helper()
+	got, err := rt.ApplyAndRead(ctx, []string{fmt.Sprintf("set server web/s2 weight %d", weight), "set server web/s1 state ready"},
+		[]string{"api", "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[0].Backend != "api" || got[1].Mode() != "ready" || got[2].Server != "s2" || got[2].Weight != weight {
+		t.Errorf("read back %+v; want api/s1, web/s1 ready, web/s2 weight %d", got, weight)
+	}
+}
+
+// refusedAndRead checks that a refused command fails ApplyAndRead.
+func refusedAndRead(t *testing.T, ctx context.Context, rt Runtime) {
+	t.Helper()
+	if _, err := rt.ApplyAndRead(ctx, []string{"set server web/s9 weight 1"}, []string{"web"}); err == nil || !strings.Contains(err.Error(), "No such server") {
+		t.Errorf("a command on a server that does not exist: %v", err)
 	}
 }
 

@@ -115,29 +115,90 @@ var runtimeErrors = []string{"No such", "Require", "Invalid", "Unknown command",
 // caller checks the outcome with ServersState anyway: an answer is not a
 // proof.
 func (r Runtime) Apply(ctx context.Context, cmds []string) error {
-	for len(cmds) > 0 {
-		n := min(len(cmds), commandsPerConn)
-		batch := cmds[:n]
-		cmds = cmds[n:]
-		for _, c := range batch {
-			if strings.ContainsAny(c, ";\n") {
-				return fmt.Errorf("runtime command %q: ';' and newlines are not allowed", c)
-			}
+	for batch := range slices.Chunk(cmds, commandsPerConn) {
+		if err := commandsFit(batch); err != nil {
+			return err
 		}
 		out, err := r.do(ctx, batch)
 		if err != nil {
 			return fmt.Errorf("runtime commands: %w", err)
 		}
-		for _, line := range strings.Split(out, "\n") {
-			line = strings.TrimSpace(line)
-			for _, e := range runtimeErrors {
-				if strings.HasPrefix(line, e) {
-					return fmt.Errorf("HAProxy refused a runtime command (%s): %s", strings.Join(batch, "; "), line)
-				}
+		if err := refused(batch, out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ApplyAndRead is Apply, then BackendServersState of backends: in one
+// connection when they fit in one, since each connection to the worker
+// costs a `show proc` on the master and a `show info` on the worker.
+func (r Runtime) ApplyAndRead(ctx context.Context, cmds, backends []string) ([]ServerState, error) {
+	if len(cmds)+len(backends) > commandsPerConn || len(cmds) == 0 {
+		if err := r.Apply(ctx, cmds); err != nil {
+			return nil, err
+		}
+		return r.BackendServersState(ctx, backends)
+	}
+	reads, err := stateCommands(backends)
+	if err != nil {
+		return nil, err
+	}
+	if err := commandsFit(cmds); err != nil {
+		return nil, err
+	}
+	out, err := r.do(ctx, append(slices.Clip(cmds), reads...))
+	if err != nil {
+		return nil, fmt.Errorf("runtime commands: %w", err)
+	}
+	answers := splitAnswers(out)
+	if len(answers) != len(cmds)+len(reads) {
+		return nil, fmt.Errorf("runtime commands and show servers state %s: %d answers, want %d: %.200q",
+			strings.Join(backends, " "), len(answers), len(cmds)+len(reads), out)
+	}
+	if err := refused(cmds, strings.Join(answers[:len(cmds)], "\n")); err != nil {
+		return nil, err
+	}
+	return parseStates(backends, answers[len(cmds):])
+}
+
+// commandsFit fails on a command that would run as two, or cut the line.
+func commandsFit(cmds []string) error {
+	for _, c := range cmds {
+		if strings.ContainsAny(c, ";\n") {
+			return fmt.Errorf("runtime command %q: ';' and newlines are not allowed", c)
+		}
+	}
+	return nil
+}
+
+// refused fails when an answer in out (to cmds) is an error.
+func refused(cmds []string, out string) error {
+	for _, line := range strings.Split(out, "\n") {
+		line = strings.TrimSpace(line)
+		for _, e := range runtimeErrors {
+			if strings.HasPrefix(line, e) {
+				return fmt.Errorf("HAProxy refused a runtime command (%s): %s", strings.Join(cmds, "; "), line)
 			}
 		}
 	}
 	return nil
+}
+
+// splitAnswers cuts the output of several commands into their answers:
+// each ends with an empty line, and has none inside (`show servers state`,
+// `set server`: an answer with nothing to say is the empty line alone).
+func splitAnswers(out string) []string {
+	var answers []string
+	for out != "" {
+		if rest, ok := strings.CutPrefix(out, "\n"); ok {
+			answers, out = append(answers, ""), rest
+			continue
+		}
+		answer, rest, _ := strings.Cut(out, "\n\n")
+		answers, out = append(answers, answer+"\n"), rest
+	}
+	return answers
 }
 
 // ServerState is one server of `show servers state`.
@@ -188,29 +249,48 @@ func (r Runtime) ServersState(ctx context.Context) (string, []ServerState, error
 func (r Runtime) BackendServersState(ctx context.Context, backends []string) ([]ServerState, error) {
 	var all []ServerState
 	for batch := range slices.Chunk(backends, commandsPerConn) {
-		cmds := make([]string, len(batch))
-		for i, b := range batch {
-			if b == "" || strings.ContainsAny(b, " \t;\n") {
-				return nil, fmt.Errorf("show servers state: backend %q: not a backend name", b)
-			}
-			cmds[i] = "show servers state " + b
+		cmds, err := stateCommands(batch)
+		if err != nil {
+			return nil, err
 		}
 		out, err := r.do(ctx, cmds)
 		if err != nil {
 			return nil, fmt.Errorf("show servers state %s: %w", strings.Join(batch, " "), err)
 		}
-		// Each answer ends with an empty line, and has none inside.
-		answers := strings.Split(strings.TrimSuffix(out, "\n\n"), "\n\n")
+		answers := splitAnswers(out)
 		if len(answers) != len(batch) {
 			return nil, fmt.Errorf("show servers state %s: %d answers, want %d: %.200q", strings.Join(batch, " "), len(answers), len(batch), out)
 		}
-		for i, b := range batch {
-			states, err := ParseServersState(answers[i])
-			if err != nil {
-				return nil, fmt.Errorf("backend %s: %w", b, err)
-			}
-			all = append(all, states...)
+		states, err := parseStates(batch, answers)
+		if err != nil {
+			return nil, err
 		}
+		all = append(all, states...)
+	}
+	return all, nil
+}
+
+// stateCommands are the `show servers state` of backends.
+func stateCommands(backends []string) ([]string, error) {
+	cmds := make([]string, len(backends))
+	for i, b := range backends {
+		if b == "" || strings.ContainsAny(b, " \t;\n") {
+			return nil, fmt.Errorf("show servers state: backend %q: not a backend name", b)
+		}
+		cmds[i] = "show servers state " + b
+	}
+	return cmds, nil
+}
+
+// parseStates parses the answers to stateCommands(backends).
+func parseStates(backends, answers []string) ([]ServerState, error) {
+	var all []ServerState
+	for i, b := range backends {
+		states, err := ParseServersState(answers[i])
+		if err != nil {
+			return nil, fmt.Errorf("backend %s: %w", b, err)
+		}
+		all = append(all, states...)
 	}
 	return all, nil
 }

@@ -1,6 +1,9 @@
 package haproxy
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // Captured from HAProxy 2.6 after "set server b/s2 addr 127.0.0.1 port
 // 19002", "weight 5", "state ready" on a server disabled in the
@@ -37,5 +40,18 @@ func TestParseServersState(t *testing.T) {
 	}
 	if _, err := ParseServersState("Unknown command\n"); err == nil {
 		t.Error("an error answer parsed")
+	}
+}
+
+// Answers end with an empty line; one with nothing to say is that line
+// alone (as HAProxy 2.6-3.2 answer `set server` that worked).
+func TestSplitAnswers(t *testing.T) {
+	out := "\nNo such server.\n\n\n1\n# be_id be_name\n2 web 1 s1\n\nCan't find backend.\n\n"
+	want := []string{"", "No such server.\n", "", "1\n# be_id be_name\n2 web 1 s1\n", "Can't find backend.\n"}
+	if got := splitAnswers(out); !slices.Equal(got, want) {
+		t.Errorf("splitAnswers(%q) = %q, want %q", out, got, want)
+	}
+	if got := splitAnswers(""); len(got) != 0 {
+		t.Errorf("no output: %q", got)
 	}
 }
