@@ -17,7 +17,10 @@ import (
 // run reads sb's query until its context ends, sending an event for each
 // answer and each failure; a failure is retried with backoff.
 func (c *splitCatalog) run(ctx context.Context, sb *sub) {
-	w := &subWatch{c: c, ctx: ctx, sb: sb, bo: c.s.newBackoff(), pace: pacer{burst: queryBurst, interval: minInterval}}
+	w := &subWatch{c: c, ctx: ctx, sb: sb, bo: c.s.newBackoff(), pace: pacer{burst: 1, interval: minInterval}}
+	if sb.kind == partHealth {
+		w.pace.burst = queryBurst
+	}
 	if sb.seed > 0 { // wait for a change after the seed's read
 		w.cur.index, w.prev, w.have = sb.seed, sb.seedDigest, true
 	}

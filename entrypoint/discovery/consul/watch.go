@@ -21,12 +21,14 @@ const (
 	// for them, the answer that carried the change waited out the pause
 	// that the first, empty one started (+100 ms on half the changes).
 	pacedBurst = 4
-	// queryBurst is how many answers in a row one query of the
-	// per-service catalog (a service's health, the service list) takes at
-	// once before minInterval paces it. A pause after every answer held a
-	// service's second change within minInterval until the pause ran out:
-	// 6 changes in 100 at 100 × 10 under 50 changes a second, p99 90 ms.
-	// consul-template pauses only between answers that carry no change.
+	// queryBurst is how many answers in a row a service's health query
+	// takes at once before minInterval paces it. A pause after every
+	// answer held a service's second change within minInterval until the
+	// pause ran out: 6 changes in 100 at 100 × 10 under 50 changes a
+	// second, p99 90 ms. consul-template pauses only between answers that
+	// carry no change. The service list keeps a pause after every answer:
+	// every registration moves its index, mostly with the same names (a
+	// burst there read it 1.2× as often as consul-template does).
 	queryBurst = 4
 	// perInstancePace is the per-service catalog's pace per instance it
 	// holds. Each catalog passed on costs the pipeline after it work in
