@@ -142,10 +142,10 @@ func (s *Source) explain(q model.Query, err error) string {
 		}
 		switch se.Code {
 		case http.StatusForbidden, http.StatusUnauthorized:
-			return fmt.Sprintf("%s: Consul at %s refused the request (%d %q): the token (%s or %s) lacks %s",
-				what, s.addr(), se.Code, body, api.HTTPTokenEnvName, api.HTTPTokenFileEnvName, rightsFor(q))
+			return fmt.Sprintf("%s: Consul at %s (%s) refused the request (%d %q): the token (%s or %s) lacks %s",
+				what, s.addr(), s.addrHint, se.Code, body, api.HTTPTokenEnvName, api.HTTPTokenFileEnvName, rightsFor(q))
 		default:
-			return fmt.Sprintf("%s: Consul at %s answered %d: %q", what, s.addr(), se.Code, body)
+			return fmt.Sprintf("%s: Consul at %s (%s) answered %d: %q", what, s.addr(), s.addrHint, se.Code, body)
 		}
 	}
 	return fmt.Sprintf("%s: Consul at %s (%s): %v", what, s.addr(), s.addrHint, err)

@@ -216,7 +216,7 @@ func TestStatusExplainsErrors(t *testing.T) {
 			return stub(t, func(w http.ResponseWriter, r *http.Request) {
 				http.Error(w, "Permission denied: token with AccessorID 'x' lacks permission 'node:read'", http.StatusForbidden)
 			})
-		}, model.LocalCatalog, []string{"CONSUL_HTTP_TOKEN", "node:read", "403"}},
+		}, model.LocalCatalog, []string{"CONSUL_HTTP_TOKEN", "node:read", "403", "from CONSUL_HTTP_ADDR"}},
 		{"the token may not read a key", func(t *testing.T) string {
 			return stub(t, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "Permission denied", http.StatusForbidden) })
 		}, model.Query{Kind: model.QueryKey, Key: "secret/x"}, []string{"key:read", `"secret/x"`}},
@@ -224,7 +224,7 @@ func TestStatusExplainsErrors(t *testing.T) {
 			return stub(t, func(w http.ResponseWriter, r *http.Request) {
 				http.Error(w, "No cluster leader", http.StatusInternalServerError)
 			})
-		}, model.LocalCatalog, []string{"500", "No cluster leader"}},
+		}, model.LocalCatalog, []string{"500", "No cluster leader", "from CONSUL_HTTP_ADDR"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
