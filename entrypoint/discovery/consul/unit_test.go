@@ -374,7 +374,7 @@ func (p pacedScript) pace() (time.Duration, bool) { return catalogPace(p.instanc
 // apart; the one carrying the change must not wait out a pause the first
 // started, while a steady stream of answers is held to the catalog's pace:
 // 4 ms at 1,000 instances (minInterval held 50 changes a second across
-// services 100 ms apart), minInterval from 25,000 on.
+// services 100 ms apart), 400 ms at 100,000.
 func TestAPerServiceCatalogPassesABurstOnAtItsPace(t *testing.T) {
 	repeat := func(d time.Duration) []time.Duration { return slices.Repeat([]time.Duration{d}, 3) }
 	for _, tc := range []struct {
@@ -384,8 +384,8 @@ func TestAPerServiceCatalogPassesABurstOnAtItsPace(t *testing.T) {
 	}{
 		{"per service, 1,000 instances", func(s *scripted) fetcher { return pacedScript{s, 1000} },
 			append([]time.Duration{0, 0, 0}, repeat(4*time.Millisecond)...)},
-		{"per service, 30,000 instances", func(s *scripted) fetcher { return pacedScript{s, 30000} },
-			append([]time.Duration{0, 0, 0}, repeat(minInterval)...)},
+		{"per service, 100,000 instances", func(s *scripted) fetcher { return pacedScript{s, 100000} },
+			append([]time.Duration{0, 0, 0}, repeat(400*time.Millisecond)...)},
 		{"one query", func(s *scripted) fetcher { return s }, slices.Repeat([]time.Duration{minInterval}, 6)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -420,7 +420,7 @@ func TestCatalogPaceIsPerInstanceAndBounded(t *testing.T) {
 	for _, tc := range []struct {
 		instances int
 		want      time.Duration
-	}{{0, 0}, {-1, 0}, {1, 4 * time.Microsecond}, {1000, 4 * time.Millisecond}, {10000, 40 * time.Millisecond}, {25000, minInterval}, {100000, minInterval}} {
+	}{{0, 0}, {-1, 0}, {1, 4 * time.Microsecond}, {1000, 4 * time.Millisecond}, {10000, 40 * time.Millisecond}, {100000, 400 * time.Millisecond}, {250000, maxCatalogPace}, {1000000, maxCatalogPace}} {
 		if got := catalogPace(tc.instances); got != tc.want {
 			t.Errorf("catalogPace(%d) = %s, want %s", tc.instances, got, tc.want)
 		}
