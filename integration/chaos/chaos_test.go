@@ -104,6 +104,8 @@ func TestFleetUnderChaos(top *testing.T) {
 				t.Errorf("%s: %s%s: %d requests failed in this step, %d of %d so far: %v", step, fl.r.name, fl.path,
 					s.Failed-reported[fl.l], s.Failed, s.Requests, s.Errors)
 				reported[fl.l] = s.Failed
+				t.Logf("%s's logs around its last failed request (%s):\n%s", fl.r.name,
+					s.LastFailure.Format(time.RFC3339Nano), k.logsAround(&fl.r.node, s.LastFailure))
 			}
 		}
 	}

@@ -274,6 +274,19 @@ func (k *cluster) logs(n *node, tail string) string {
 	return string(out)
 }
 
+// logsAround is n's log from 10 s before at to 2 s after it: what a
+// replica did when a request through it failed.
+func (k *cluster) logsAround(n *node, at time.Time) string {
+	r, err := k.c.ContainerLogs(context.Background(), n.id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true,
+		Since: strconv.FormatInt(at.Add(-10*time.Second).Unix(), 10), Until: strconv.FormatInt(at.Add(2*time.Second).Unix(), 10)})
+	if err != nil {
+		return err.Error()
+	}
+	defer r.Close()
+	out, _ := io.ReadAll(r)
+	return string(out)
+}
+
 func (k *cluster) kill(n *node, sig string) {
 	k.t.Helper()
 	if _, err := k.c.ContainerKill(context.Background(), n.id, client.ContainerKillOptions{Signal: sig}); err != nil {
@@ -359,7 +372,9 @@ func (k *cluster) up() {
 				"SEAMLESS_HTTP_BIND=:5001", "SEAMLESS_STATS_BIND=:8404", "SEAMLESS_HTTPS_BIND=",
 				// Removed instances drain for 2 s (the backends' own
 				// drain) so that replicas agree soon after a change.
-				"SEAMLESS_DRAIN_TIMEOUT=2s"}})
+				"SEAMLESS_DRAIN_TIMEOUT=2s",
+				// Each runtime command in the logs a failed step shows.
+				"SEAMLESS_LOG_LEVEL=debug"}})
 		r := &replica{node: *n}
 		r.front, r.status = k.published(n, "5001/tcp"), k.published(n, "8405/tcp")
 		k.replicas = append(k.replicas, r)
