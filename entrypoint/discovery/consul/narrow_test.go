@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 
@@ -29,6 +30,7 @@ type pathRecorder struct {
 	url   string
 	mu    sync.Mutex
 	paths map[string]int
+	at    map[string][]time.Time // when each request to a path came
 }
 
 func recordPaths(t *testing.T, addr, notFound string) *pathRecorder {
@@ -38,10 +40,11 @@ func recordPaths(t *testing.T, addr, notFound string) *pathRecorder {
 		t.Fatal(err)
 	}
 	rp := httputil.NewSingleHostReverseProxy(u)
-	p := &pathRecorder{paths: map[string]int{}}
+	p := &pathRecorder{paths: map[string]int{}, at: map[string][]time.Time{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.mu.Lock()
 		p.paths[r.URL.Path]++
+		p.at[r.URL.Path] = append(p.at[r.URL.Path], time.Now())
 		p.mu.Unlock()
 		if notFound != "" && strings.HasPrefix(r.URL.Path, notFound) {
 			http.NotFound(w, r)
@@ -66,6 +69,13 @@ func (p *pathRecorder) with(prefix string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// times returns when the requests to path came, in order.
+func (p *pathRecorder) times(path string) []time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.at[path])
 }
 
 // registerTagged puts instance id of service name on node (one of
