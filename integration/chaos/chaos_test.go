@@ -68,10 +68,17 @@ func TestFleetUnderChaos(top *testing.T) {
 	}
 	begin := time.Now()
 	k.up()
+	// Each service keeps instances on both agents through every step
+	// (api too, once retire took its newest). Every instance registered
+	// through one agent can turn critical in Consul at once for a moment:
+	// seen in 1 of 9 runs as the partition healed, api's last instance
+	// and three of web's for 0.3 s, on all three replicas alike. seamless
+	// follows Consul's health, so a service on that agent alone answered
+	// 503 meanwhile.
 	for range 3 {
 		k.addBackend("web", k.agents[len(k.backends["web"])%2])
 	}
-	for range 2 {
+	for range 3 {
 		k.addBackend("api", k.agents[len(k.backends["api"])%2])
 	}
 	k.converged(t, "start")
