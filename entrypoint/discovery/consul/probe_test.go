@@ -439,6 +439,13 @@ func TestTheServersCheckOfAView(t *testing.T) {
 				testenv.Eventually(t, 3*behindPoll, "the view caught up", func() bool { return int(views.Load()) >= len(tt.view) })
 				r.waitFor("the index the view caught up to", func(s model.Snapshot) bool { return s.Local() != nil && s.Local().Index >= 12 })
 			}
+			// A read is counted by the fake as it answers, its outcome by
+			// the source once it has decoded the answer: wait for those.
+			for _, o := range ViewCheckOutcomes {
+				if tt.counts[o] {
+					testenv.Eventually(t, 3*behindPoll, "a check counted "+o, func() bool { return r.src.ViewChecks(o) > 0 })
+				}
+			}
 			var got [][]string
 			for _, s := range r.history() {
 				if n := webNodes(s); len(got) == 0 || !slices.Equal(n, got[len(got)-1]) {
