@@ -71,7 +71,7 @@ func TestFleetUnderChaos(top *testing.T) {
 	// Each service keeps instances on both agents through every step
 	// (api too, once retire took its newest). Every instance registered
 	// through one agent can turn critical in Consul at once for a moment:
-	// seen in 1 of 9 runs as the partition healed, api's last instance
+	// seen in 1 of 11 runs as the partition healed, api's last instance
 	// and three of web's for 0.3 s, on all three replicas alike. seamless
 	// follows Consul's health, so a service on that agent alone answered
 	// 503 meanwhile.
