@@ -265,20 +265,20 @@ func (k *cluster) disconnect(n *node, s *subnet) {
 }
 
 func (k *cluster) logs(n *node, tail string) string {
-	r, err := k.c.ContainerLogs(context.Background(), n.id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Tail: tail})
-	if err != nil {
-		return err.Error()
-	}
-	defer r.Close()
-	out, _ := io.ReadAll(r)
-	return string(out)
+	return k.readLogs(n, client.ContainerLogsOptions{Tail: tail})
 }
 
 // logsAround is n's log from 10 s before at to 2 s after it: what a
 // replica did when a request through it failed.
 func (k *cluster) logsAround(n *node, at time.Time) string {
-	r, err := k.c.ContainerLogs(context.Background(), n.id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true,
+	return k.readLogs(n, client.ContainerLogsOptions{
 		Since: strconv.FormatInt(at.Add(-10*time.Second).Unix(), 10), Until: strconv.FormatInt(at.Add(2*time.Second).Unix(), 10)})
+}
+
+// readLogs is n's stdout and stderr as opts selects them.
+func (k *cluster) readLogs(n *node, opts client.ContainerLogsOptions) string {
+	opts.ShowStdout, opts.ShowStderr = true, true
+	r, err := k.c.ContainerLogs(context.Background(), n.id, opts)
 	if err != nil {
 		return err.Error()
 	}

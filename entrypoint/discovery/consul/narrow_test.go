@@ -27,10 +27,9 @@ var routed = routes.Routed
 // pathRecorder is a reverse proxy in front of a Consul that counts the
 // requests by path. notFound answers 404 to paths with that prefix.
 type pathRecorder struct {
-	url   string
-	mu    sync.Mutex
-	paths map[string]int
-	at    map[string][]time.Time // when each request to a path came
+	url string
+	mu  sync.Mutex
+	at  map[string][]time.Time // by path, when each request to it came
 }
 
 func recordPaths(t *testing.T, addr, notFound string) *pathRecorder {
@@ -40,10 +39,9 @@ func recordPaths(t *testing.T, addr, notFound string) *pathRecorder {
 		t.Fatal(err)
 	}
 	rp := httputil.NewSingleHostReverseProxy(u)
-	p := &pathRecorder{paths: map[string]int{}, at: map[string][]time.Time{}}
+	p := &pathRecorder{at: map[string][]time.Time{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.mu.Lock()
-		p.paths[r.URL.Path]++
 		p.at[r.URL.Path] = append(p.at[r.URL.Path], time.Now())
 		p.mu.Unlock()
 		if notFound != "" && strings.HasPrefix(r.URL.Path, notFound) {
@@ -62,7 +60,7 @@ func (p *pathRecorder) with(prefix string) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []string
-	for path := range p.paths {
+	for path := range p.at {
 		if strings.HasPrefix(path, prefix) {
 			out = append(out, path)
 		}
