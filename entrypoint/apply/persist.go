@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -179,6 +180,9 @@ func encodeCatalogResult(w *bufio.Writer, enc *json.Encoder, r model.Result) err
 			}
 		}
 		w.WriteByte(']')
+	}
+	if c.Index != 0 {
+		w.WriteString(sep + `"index":` + strconv.FormatUint(c.Index, 10))
 	}
 	w.WriteByte('}')
 	rest := r

@@ -72,6 +72,7 @@ func TestSavingALargeSnapshotDoesNotHoldItWhole(t *testing.T) {
 	dir := t.TempDir()
 	snap := benchSnapshot(benchCatalog(1000, 10, false))
 	snap.Results[model.LocalCatalog].Catalog.Instances[0].Checks = []model.Check{{CheckID: "c", Status: "passing", Output: "<ok & fine>"}}
+	snap.Results[model.LocalCatalog].Catalog.Index = 4242
 	at := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	if err := SaveSnapshot(dir, snap, at); err != nil { // warm the encoder's caches
 		t.Fatal(err)
@@ -95,6 +96,9 @@ func TestSavingALargeSnapshotDoesNotHoldItWhole(t *testing.T) {
 	}
 	if !when.Equal(at) || !model.EqualResults(got.Results, snap.Results) {
 		t.Error("the snapshot read back differs from the one saved")
+	}
+	if gi, si := got.Local().Index, snap.Local().Index; gi != si {
+		t.Errorf("the catalog's index read back is %d, want %d", gi, si)
 	}
 	data, _ := os.ReadFile(SnapshotPath(dir, "consul"))
 	var v saved
