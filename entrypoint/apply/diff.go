@@ -16,7 +16,7 @@ import (
 // service (3 instances)".
 func Change(before, after model.Catalog) string {
 	var parts []string
-	eachService(before.Instances, after.Instances, func(n string, bs, as []model.Instance) {
+	model.ZipServices(&before, &after, func(n string, bs, as []model.Instance) {
 		if bs != nil && as != nil && model.EqualInstances(bs, as) {
 			return // the common case: one service changed of thousands
 		}
@@ -28,50 +28,6 @@ func Change(before, after model.Catalog) string {
 		return "no service changed"
 	}
 	return strings.Join(parts, "; ")
-}
-
-// eachService calls f with each service's instances before and after (nil
-// where it has none), in order of name. Catalogs sorted by name (merged
-// ones are) are walked side by side, without indexing either.
-func eachService(before, after []model.Instance, f func(name string, bs, as []model.Instance)) {
-	if !model.SortedByName(before) || !model.SortedByName(after) {
-		bg, ag := groupByService(before), groupByService(after)
-		names := slices.Sorted(maps.Keys(ag))
-		for n := range bg {
-			if _, ok := ag[n]; !ok {
-				names = append(names, n)
-			}
-		}
-		slices.Sort(names)
-		for _, n := range names {
-			f(n, bg[n], ag[n])
-		}
-		return
-	}
-	run := func(insts []model.Instance) []model.Instance {
-		j := 1
-		for j < len(insts) && insts[j].Name == insts[0].Name {
-			j++
-		}
-		return insts[:j:j]
-	}
-	for len(before) > 0 || len(after) > 0 {
-		var bs, as []model.Instance
-		switch {
-		case len(after) == 0 || len(before) > 0 && before[0].Name < after[0].Name:
-			bs = run(before)
-		case len(before) == 0 || after[0].Name < before[0].Name:
-			as = run(after)
-		default:
-			bs, as = run(before), run(after)
-		}
-		first := bs
-		if len(first) == 0 {
-			first = as
-		}
-		before, after = before[len(bs):], after[len(as):]
-		f(first[0].Name, bs, as)
-	}
 }
 
 // serviceChange describes what changed in one service, "" if nothing.
@@ -118,25 +74,6 @@ func serviceChange(n string, bs, as []model.Instance) string {
 		return ""
 	}
 	return n + ": " + strings.Join(what, ", ")
-}
-
-// groupByService splits instances by service name; runs of one name (a
-// sorted catalog) are not copied.
-func groupByService(insts []model.Instance) map[string][]model.Instance {
-	out := map[string][]model.Instance{}
-	for i := 0; i < len(insts); {
-		j := i + 1
-		for j < len(insts) && insts[j].Name == insts[i].Name {
-			j++
-		}
-		if prev, ok := out[insts[i].Name]; ok {
-			out[insts[i].Name] = append(slices.Clip(prev), insts[i:j]...)
-		} else {
-			out[insts[i].Name] = insts[i:j]
-		}
-		i = j
-	}
-	return out
 }
 
 // byService keys one service's instances by source, ID and address.

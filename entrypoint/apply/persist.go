@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"iter"
 	"os"
 	"path/filepath"
 	"slices"
@@ -158,24 +159,42 @@ func encodeCatalogResult(w *bufio.Writer, enc *json.Encoder, r model.Result) err
 		}
 		sep = ","
 	}
+	nodes := func(yield func(any) bool) {
+		for i := range c.Nodes {
+			if !yield(&c.Nodes[i]) {
+				return
+			}
+		}
+	}
+	instances := func(yield func(any) bool) {
+		for s := range c.Services() {
+			for i := range s {
+				if !yield(&s[i]) {
+					return
+				}
+			}
+		}
+	}
 	for _, list := range []struct {
 		name string
 		n    int
-		at   func(int) any
+		each iter.Seq[any]
 	}{
-		{"nodes", len(c.Nodes), func(i int) any { return &c.Nodes[i] }},
-		{"instances", len(c.Instances), func(i int) any { return &c.Instances[i] }},
+		{"nodes", len(c.Nodes), nodes},
+		{"instances", c.Len(), instances},
 	} {
 		if list.n == 0 {
 			continue // omitempty
 		}
 		w.WriteString(sep + `"` + list.name + `":[`)
 		sep = ","
-		for i := range list.n {
-			if i > 0 {
+		first := true
+		for v := range list.each {
+			if !first {
 				w.WriteByte(',')
 			}
-			if err := enc.Encode(list.at(i)); err != nil {
+			first = false
+			if err := enc.Encode(v); err != nil {
 				return err
 			}
 		}

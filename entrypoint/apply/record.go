@@ -138,39 +138,33 @@ func (a *Applier) logSkipped(rend model.Rendering) {
 }
 
 func (a *Applier) countDiscovered() {
-	// By index, in the catalog's order (sorted by name: a service is a
-	// run of instances), so that a change copies no instance and keeps
-	// no set of names.
-	insts := a.applied.Instances
-	services, n, sorted := 0, 0, true
-	var last *model.Instance
-	for i := range insts {
-		in := &insts[i]
-		if in.Source == "consul" && in.Name == "consul" && consulItself(*in) {
-			continue
-		}
-		if last == nil || in.Name != last.Name {
-			services++
-			sorted = sorted && (last == nil || in.Name > last.Name)
-		}
-		last = in
-		n++
+	// Service by service, so that a change copies no instance; a set of
+	// names only for a catalog where a service is more than one run.
+	sorted := a.applied.SortedByService()
+	var names map[string]bool
+	if !sorted {
+		names = map[string]bool{}
 	}
-	if !sorted { // not a merged catalog's order
-		services = countNames(insts)
+	services, n := 0, 0
+	for s := range a.applied.Services() {
+		k := 0
+		for i := range s {
+			if !(s[i].Source == "consul" && s[i].Name == "consul" && consulItself(s[i])) {
+				k++
+			}
+		}
+		switch {
+		case k == 0:
+		case sorted:
+			services++
+		default:
+			names[s[0].Name] = true
+		}
+		n += k
+	}
+	if !sorted {
+		services = len(names)
 	}
 	a.opts.Metrics.Discovered.WithLabelValues("services").Set(float64(services))
 	a.opts.Metrics.Discovered.WithLabelValues("instances").Set(float64(n))
-}
-
-// countNames counts the services of insts in any order, Consul itself
-// left out.
-func countNames(insts []model.Instance) int {
-	names := map[string]bool{}
-	for i := range insts {
-		if !consulItself(insts[i]) {
-			names[insts[i].Name] = true
-		}
-	}
-	return len(names)
 }

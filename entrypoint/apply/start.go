@@ -174,7 +174,7 @@ func (a *Applier) first(ctx context.Context, complete bool) error {
 	a.opts.Metrics.LastApply.SetToCurrentTime()
 	a.setReady(a.startReadiness(missing))
 	a.log.Info("configuration written", "path", a.opts.Path, "complete", complete && len(missing) == 0,
-		"instances", len(a.applied.Instances))
+		"instances", a.applied.Len())
 	return nil
 }
 

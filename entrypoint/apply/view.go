@@ -26,7 +26,7 @@ type Running struct {
 // from them by the first Running that asked.
 type published struct {
 	rend    *model.Rendering
-	insts   []model.Instance
+	catalog model.Catalog
 	indexes map[string]uint64
 	view    *Running
 }
@@ -40,7 +40,7 @@ func (a *Applier) Running() Running {
 	defer a.mu.Unlock()
 	p := &a.published
 	if p.view == nil && p.rend != nil {
-		p.view = runningView(p.rend, p.insts, p.indexes)
+		p.view = runningView(p.rend, &p.catalog, p.indexes)
 	}
 	if p.view == nil {
 		return Running{}
@@ -55,11 +55,11 @@ func (a *Applier) publish() {
 		return
 	}
 	a.mu.Lock()
-	a.published = published{rend: a.runRend, insts: a.applied.Instances, indexes: maps.Clone(a.indexes)}
+	a.published = published{rend: a.runRend, catalog: a.applied, indexes: maps.Clone(a.indexes)}
 	a.mu.Unlock()
 }
 
-func runningView(rend *model.Rendering, insts []model.Instance, indexes map[string]uint64) *Running {
+func runningView(rend *model.Rendering, c *model.Catalog, indexes map[string]uint64) *Running {
 	// The rendering's own lists: never written once made, and read only
 	// by /status.
 	v := &Running{Slots: rend.Servers.Flat(), Skipped: rend.Skipped, Routes: rend.Routes, ConsulIndex: indexes}
@@ -67,9 +67,11 @@ func runningView(rend *model.Rendering, insts []model.Instance, indexes map[stri
 		id, address string
 		port        int
 	}
-	health := make(map[where]string, len(insts))
-	for _, in := range insts {
-		health[where{in.ID, in.Address, in.Port}] = in.Status
+	health := make(map[where]string, c.Len())
+	for s := range c.Services() {
+		for _, in := range s {
+			health[where{in.ID, in.Address, in.Port}] = in.Status
+		}
 	}
 	v.Health = make([]string, len(v.Slots))
 	for i, s := range v.Slots {

@@ -81,16 +81,25 @@ type Instance struct {
 	Registered uint64 `json:"registered,omitempty"`
 }
 
-// Catalog is one datacenter as a source sees it.
+// Catalog is one datacenter as a source sees it. A catalog is never
+// written once made: successive catalogs of a source share what did not
+// change.
 type Catalog struct {
-	Datacenter string     `json:"datacenter,omitempty"`
-	Nodes      []Node     `json:"nodes,omitempty"`
-	Instances  []Instance `json:"instances,omitempty"`
+	Datacenter string `json:"datacenter,omitempty"`
+	Nodes      []Node `json:"nodes,omitempty"`
+	// Instances is the catalog as one list, as the sources that build it
+	// whole make it (files, Docker) and tests write it. A catalog made by
+	// PerService leaves it empty: read the instances through Services,
+	// All or Len.
+	Instances []Instance `json:"instances,omitempty"`
 	// Index is the Consul (Raft) index the catalog is current as of: the
 	// highest index among the latest answers it was assembled from. 0 for
 	// sources without one. Not part of equality: a catalog that only
 	// moved its index is the same.
 	Index uint64 `json:"index,omitempty"`
+	// services holds a PerService catalog's instances, one list per
+	// service in order of name.
+	services [][]Instance
 }
 
 // QueryKind says what a Query asks for.

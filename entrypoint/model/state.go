@@ -68,7 +68,7 @@ func Merge(snaps map[string]Snapshot, order []string) State {
 	total := 0
 	for _, snap := range snaps {
 		if r, ok := snap.Results[LocalCatalog]; ok && r.Catalog != nil {
-			total += len(r.Catalog.Instances)
+			total += r.Catalog.Len()
 		}
 	}
 	seenInst := make(map[instKey]bool, total)
@@ -101,11 +101,13 @@ func Merge(snaps map[string]Snapshot, order []string) State {
 					local.Nodes = append(local.Nodes, node)
 				}
 			}
-			for _, in := range r.Catalog.Instances {
-				k := instKey{in.Name, in.Address, in.Port}
-				if !seenInst[k] {
-					seenInst[k] = true
-					local.Instances = append(local.Instances, in)
+			for s := range r.Catalog.Services() {
+				for _, in := range s {
+					k := instKey{in.Name, in.Address, in.Port}
+					if !seenInst[k] {
+						seenInst[k] = true
+						local.Instances = append(local.Instances, in)
+					}
 				}
 			}
 		}
@@ -131,8 +133,7 @@ func soleCatalog(snaps map[string]Snapshot) *Catalog {
 			only = r.Catalog
 		}
 	}
-	if only == nil || !slices.IsSortedFunc(only.Nodes, compareNodes) ||
-		!instancesSorted(only.Instances) {
+	if only == nil || !slices.IsSortedFunc(only.Nodes, compareNodes) || !only.SortedByService() {
 		return nil
 	}
 	for i := 1; i < len(only.Nodes); i++ {
@@ -142,12 +143,10 @@ func soleCatalog(snaps map[string]Snapshot) *Catalog {
 	}
 	// Sorted by name first: an instance twice at one address is twice
 	// within one service.
-	for i := 0; i < len(only.Instances); {
-		j := i + 1
-		for j < len(only.Instances) && only.Instances[j].Name == only.Instances[i].Name {
-			j++
+	for svc := range only.Services() {
+		if !instancesSorted(svc) {
+			return nil
 		}
-		svc := only.Instances[i:j]
 		for a := range svc {
 			for b := a + 1; b < len(svc); b++ {
 				if svc[a].Address == svc[b].Address && svc[a].Port == svc[b].Port {
@@ -155,7 +154,6 @@ func soleCatalog(snaps map[string]Snapshot) *Catalog {
 				}
 			}
 		}
-		i = j
 	}
 	return only
 }
@@ -287,7 +285,7 @@ func equalResult(a, b Result) bool {
 		return true
 	}
 	ca, cb := a.Catalog, b.Catalog
-	return ca.Datacenter == cb.Datacenter && EqualInstances(ca.Instances, cb.Instances) &&
+	return ca.Datacenter == cb.Datacenter && equalInstancesOf(ca, cb) &&
 		slices.EqualFunc(ca.Nodes, cb.Nodes, func(x, y Node) bool {
 			return x.ID == y.ID && x.Name == y.Name && x.Address == y.Address && x.Datacenter == y.Datacenter &&
 				maps.Equal(x.TaggedAddresses, y.TaggedAddresses) && maps.Equal(x.Meta, y.Meta)

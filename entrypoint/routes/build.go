@@ -152,7 +152,7 @@ func buildCached(c model.Catalog, p Policy, cache *serviceCache) (Routes, []Skip
 	if cache != nil {
 		return cache.build(c, p)
 	}
-	insts := sortedInstances(c.Instances)
+	insts := sortedInstances(c.All())
 	var sk skips
 	var cands []candidate
 	for i := 0; i < len(insts); {

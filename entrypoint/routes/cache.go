@@ -44,9 +44,9 @@ type assembly struct {
 func (sc *serviceCache) build(c model.Catalog, p Policy) (Routes, []Skip) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	w, ok := sc.walk(c.Instances, p)
+	w, ok := sc.walk(&c, p)
 	if !ok { // not sorted: a merged catalog is, a test's may not be
-		w, _ = sc.walk(sortedInstances(c.Instances), p)
+		w, _ = sc.walk(&model.Catalog{Instances: sortedInstances(c.All())}, p)
 	}
 	clear(sc.byName)
 	sc.byName, sc.spare = w.next, sc.byName
@@ -88,23 +88,24 @@ type walked struct {
 	same bool
 }
 
-// walk builds the services of insts, from the cache where their
-// instances did not change. It reports false when insts is not in
-// instanceOrder: a service that did not change was sorted when it was
-// built, so only the others and the boundaries between services are
-// checked, not every instance.
-func (sc *serviceCache) walk(insts []model.Instance, p Policy) (walked, bool) {
+// walk builds the services of c, from the cache where their instances
+// did not change. It reports false when c is not in instanceOrder: a
+// service that did not change was sorted when it was built, so only the
+// others and the boundaries between services are checked, not every
+// instance.
+func (sc *serviceCache) walk(c *model.Catalog, p Policy) (walked, bool) {
 	w := walked{next: sc.spare, cands: sc.cands[:0], same: sc.asm != nil}
 	if w.next == nil {
 		w.next = make(map[string]*builtService, len(sc.byName))
 	}
-	for i := 0; i < len(insts); {
-		j := nextService(insts, i)
-		if j < len(insts) && insts[j].Name < insts[i].Name {
+	last, first := "", true
+	for group := range c.Services() {
+		name := group[0].Name
+		if !first && name <= last {
 			clear(w.next)
 			return w, false
 		}
-		name, group := insts[i].Name, insts[i:j:j]
+		last, first = name, false
 		b, hit := sc.byName[name]
 		if !hit || !model.EqualInstances(b.insts, group) {
 			if !slices.IsSortedFunc(group, instanceOrder) {
@@ -128,7 +129,6 @@ func (sc *serviceCache) walk(insts []model.Instance, p Policy) (walked, bool) {
 		if b.ok {
 			w.cands = append(w.cands, b.cand)
 		}
-		i = j
 	}
 	w.same = w.same && len(w.next) == len(sc.byName)
 	return w, true

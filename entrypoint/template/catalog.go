@@ -3,6 +3,7 @@ package template
 import (
 	"cmp"
 	"fmt"
+	"iter"
 	"maps"
 	"net"
 	"slices"
@@ -74,8 +75,8 @@ func (r *render) withoutControls(c *model.Catalog) *model.Catalog {
 		n.TaggedAddresses = cleanMap(what, "tagged address", n.TaggedAddresses, false, report)
 		out.Nodes = append(out.Nodes, n)
 	}
-	out.Instances = make([]model.Instance, 0, len(c.Instances))
-	for _, in := range c.Instances {
+	out.Instances = make([]model.Instance, 0, c.Len())
+	for in := range eachInstance(c) {
 		if err := model.CheckInstance(in); err != nil {
 			report(fmt.Sprintf("service %q instance %q: %v; instance left out", in.Name, in.ID, err))
 			continue
@@ -104,6 +105,19 @@ func (r *render) withoutControls(c *model.Catalog) *model.Catalog {
 		out.Instances = append(out.Instances, in)
 	}
 	return out
+}
+
+// eachInstance yields a copy of each of c's instances, to be cleaned.
+func eachInstance(c *model.Catalog) iter.Seq[model.Instance] {
+	return func(yield func(model.Instance) bool) {
+		for s := range c.Services() {
+			for _, in := range s {
+				if !yield(in) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // cleanField is v, or "" when it holds a control character.

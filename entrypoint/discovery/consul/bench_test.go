@@ -64,7 +64,7 @@ func TestBenchChangeCost(t *testing.T) {
 			}
 			r := startSource(t, addr, cfg, model.LocalCatalog)
 			r.waitFor("every service", func(s model.Snapshot) bool {
-				return s.Local() != nil && len(s.Local().Instances) == insts
+				return s.Local() != nil && s.Local().Len() == insts
 			})
 			r.steady(watching(watched))
 			i := n / 2

@@ -47,7 +47,7 @@ func TestACheckChangeCostsTheSameAtAnySize(t *testing.T) {
 			populate(t, c, n)
 			r := startSource(t, agent.Addr(), Config{}, model.LocalCatalog)
 			r.waitFor("every service", func(s model.Snapshot) bool {
-				return s.Local() != nil && len(s.Local().Instances) == n+1 // and the consul service
+				return s.Local() != nil && s.Local().Len() == n+1 // and the consul service
 			})
 			r.steady(watching(n + 1))
 			// The first change to a service moves its query onto the agent's
@@ -86,7 +86,7 @@ func BenchmarkChange(b *testing.B) {
 			populate(b, c, n)
 			r := startSource(b, agent.Addr(), Config{}, model.LocalCatalog)
 			r.waitFor("every service", func(s model.Snapshot) bool {
-				return s.Local() != nil && len(s.Local().Instances) == n+1
+				return s.Local() != nil && s.Local().Len() == n+1
 			})
 			r.steady(watching(n + 1))
 			reqs, bytes := r.src.Requests(), r.src.received.Load()

@@ -140,7 +140,7 @@ func (f *catalogFetcher) pace() (time.Duration, bool) {
 	}
 	n := 0
 	if f.split.last != nil {
-		n = len(f.split.last.Instances)
+		n = f.split.last.Len()
 	}
 	return catalogPace(n), true
 }
@@ -164,10 +164,8 @@ func (f *catalogFetcher) close() {
 // serviceCount is the number of services with an instance in cat.
 func serviceCount(cat *model.Catalog) int {
 	n := 0
-	for i, in := range cat.Instances { // sorted by name
-		if i == 0 || in.Name != cat.Instances[i-1].Name {
-			n++
-		}
+	for range cat.Services() { // sorted by name: one run per service
+		n++
 	}
 	return n
 }

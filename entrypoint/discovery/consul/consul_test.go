@@ -71,7 +71,7 @@ func TestCatalogReportsInstancesWithTheirStatus(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			in, ok := byID[tt.id]
 			if !ok {
-				t.Fatalf("no instance %s in %v", tt.id, snap.Results[model.LocalCatalog].Catalog.Instances)
+				t.Fatalf("no instance %s in %v", tt.id, snap.Results[model.LocalCatalog].Catalog.All())
 			}
 			if in.Status != tt.status || in.Address != tt.address || in.Port != tt.port || len(in.Checks) != tt.checks {
 				t.Errorf("got status %s address %s:%d with %d checks, want %s %s:%d with %d",
@@ -350,7 +350,7 @@ func TestSlowConsumerGetsTheNewestState(t *testing.T) {
 		testenv.Eventually(t, wait, "the source read the change", func() bool {
 			src.mu.Lock()
 			defer src.mu.Unlock()
-			in := src.results[model.LocalCatalog].Catalog.Instances
+			in := src.results[model.LocalCatalog].Catalog.All()
 			return slices.ContainsFunc(in, func(in model.Instance) bool { return in.Port == 1000+i })
 		})
 	}

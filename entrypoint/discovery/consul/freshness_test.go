@@ -105,10 +105,10 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestStaleAnswersAreNotApplied(t *testing.T) {
 	catalog := func(s model.Snapshot, q model.Query) string {
 		r := s.Results[q]
-		if r.Catalog == nil || len(r.Catalog.Instances) != 1 {
+		if r.Catalog == nil || r.Catalog.Len() != 1 {
 			return "no instance"
 		}
-		return strconv.Itoa(r.Catalog.Instances[0].Port)
+		return strconv.Itoa(r.Catalog.All()[0].Port)
 	}
 	kv := func(s model.Snapshot, q model.Query) string {
 		if ps := s.Results[q].Pairs; len(ps) == 1 {

@@ -149,7 +149,7 @@ func instances(s model.Snapshot, name string) []model.Instance {
 		return nil
 	}
 	var out []model.Instance
-	for _, in := range r.Catalog.Instances {
+	for _, in := range r.Catalog.All() {
 		if in.Name == name {
 			out = append(out, in)
 		}

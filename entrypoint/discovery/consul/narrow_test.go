@@ -96,7 +96,7 @@ func serviceNames(s model.Snapshot) []string {
 	if s.Local() == nil {
 		return nil
 	}
-	for _, in := range s.Local().Instances {
+	for _, in := range s.Local().All() {
 		if !slices.Contains(out, in.Name) {
 			out = append(out, in.Name)
 		}
@@ -218,15 +218,13 @@ func TestEveryModeNarrowsAlike(t *testing.T) {
 	dump := startSource(t, agent.Addr(), Config{Wanted: lb, Watches: 3}, model.LocalCatalog)
 	public := startSource(t, proxy.url, Config{Wanted: lb, Watches: 3}, model.LocalCatalog)
 
-	full := *all.waitFor("every service", hasServices("api", "consul", "db", "web")).Local()
+	full := flat(all.waitFor("every service", hasServices("api", "consul", "db", "web")).Local())
 	want := full
 	want.Instances = slices.DeleteFunc(slices.Clone(full.Instances), func(in model.Instance) bool {
 		return in.Name != "api" && in.Name != "web"
 	})
-	want.Index = 0
 	for name, r := range map[string]*running{"per service": split, "seeded from the dump": seeded, "node dump": dump, "public endpoints": public} {
-		got := *r.waitFor(name, hasServices("api", "web")).Local()
-		got.Index = 0
+		got := flat(r.waitFor(name, hasServices("api", "web")).Local())
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s:\n%+v\nwant the full catalog's api and web:\n%+v", name, got, want)
 		}
@@ -267,4 +265,10 @@ func TestNarrowDumpKeepsWholeServices(t *testing.T) {
 	if w.listed.Load() != 2 || w.watched.Load() != 1 {
 		t.Errorf("%d listed, %d watched; want 2 and 1", w.listed.Load(), w.watched.Load())
 	}
+}
+
+// flat is c as one list and without its index, to compare catalogs made
+// per service and whole.
+func flat(c *model.Catalog) model.Catalog {
+	return model.Catalog{Datacenter: c.Datacenter, Nodes: c.Nodes, Instances: c.All()}
 }

@@ -103,7 +103,7 @@ func TestAFailedQueryReadsAfresh(t *testing.T) {
 	start := time.Now()
 	testenv.Eventually(t, promptly, "the empty catalog after the failure", func() bool {
 		s, n := r.last()
-		return n > 0 && s.Local() != nil && len(s.Local().Instances) == 0
+		return n > 0 && s.Local() != nil && s.Local().Len() == 0
 	})
 	t.Logf("seen %s after the first answer", time.Since(start).Round(time.Millisecond))
 	mu.Lock()

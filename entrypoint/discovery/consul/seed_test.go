@@ -39,7 +39,7 @@ func TestASeededStartReadsOnceAndHoldsEveryQuery(t *testing.T) {
 			populate(t, c, n)
 			r := startSource(t, agent.Addr(), Config{seedAt: tt.seedAt}, model.LocalCatalog)
 			r.waitFor("every service", func(s model.Snapshot) bool {
-				return s.Local() != nil && len(s.Local().Instances) == n+1 // and the consul service
+				return s.Local() != nil && s.Local().Len() == n+1 // and the consul service
 			})
 			r.steady(watching(n + 1))
 			if got := answered(r); got != tt.reads {
@@ -140,7 +140,7 @@ func TestBenchSeededStart(t *testing.T) {
 				start := time.Now()
 				r := startSource(t, addr, Config{Watches: n + 16, seedAt: mode.seedAt}, model.LocalCatalog)
 				for ; ; time.Sleep(time.Millisecond) { // measuring, not synchronising
-					if s, m := r.last(); m > 0 && s.Local() != nil && len(s.Local().Instances) == n*10+1 {
+					if s, m := r.last(); m > 0 && s.Local() != nil && s.Local().Len() == n*10+1 {
 						break
 					}
 					if time.Since(start) > 2*time.Minute {
@@ -192,7 +192,7 @@ func TestSeededWaitsRunningOutChangeNothing(t *testing.T) {
 	populate(t, c, n)
 	r := startSource(t, agent.Addr(), Config{seedAt: 1, WaitTime: time.Second}, model.LocalCatalog)
 	r.waitFor("every service", func(s model.Snapshot) bool {
-		return s.Local() != nil && len(s.Local().Instances) == n+1
+		return s.Local() != nil && s.Local().Len() == n+1
 	})
 	r.steady(watching(n + 1))
 	_, sent := r.last()

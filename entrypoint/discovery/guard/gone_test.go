@@ -55,12 +55,12 @@ func TestGoneSortedAndUnsortedAgree(t *testing.T) {
 	for _, in := range prev.Instances[3:9] {
 		want = append(want, in.ID)
 	}
-	sorted := gone(prev.Instances, cur, nil)
+	sorted := gone(prev, &model.Catalog{Instances: cur}, nil)
 	shuffled := append([]model.Instance(nil), cur...)
 	for i, j := 0, len(shuffled)-1; i < j; i, j = i+1, j-1 {
 		shuffled[i], shuffled[j] = shuffled[j], shuffled[i]
 	}
-	unsorted := gone(prev.Instances, shuffled, nil)
+	unsorted := gone(prev, &model.Catalog{Instances: shuffled}, nil)
 	for _, got := range [][]model.Instance{sorted, unsorted} {
 		ids := []string{}
 		for _, in := range got {
@@ -81,7 +81,7 @@ func BenchmarkGoneOfARedatedCatalog(b *testing.B) {
 	redated := *prev
 	redated.Index++
 	for b.Loop() {
-		if g := gone(prev.Instances, redated.Instances, nil); len(g) != 0 {
+		if g := gone(prev, &redated, nil); len(g) != 0 {
 			b.Fatalf("%d instances gone from a re-dated catalog", len(g))
 		}
 	}

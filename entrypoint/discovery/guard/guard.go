@@ -189,7 +189,7 @@ func (g *Guard) hold(s model.Snapshot, now time.Time) {
 	defer g.mu.Unlock()
 	for k := range g.held {
 		r, ok := s.Results[k.q]
-		if !ok || r.Catalog == nil || slices.ContainsFunc(r.Catalog.Instances, k.is) {
+		if !ok || r.Catalog == nil || k.in(r.Catalog) {
 			delete(g.held, k) // back, or the query is no longer asked
 		}
 	}
@@ -202,8 +202,8 @@ func (g *Guard) hold(s model.Snapshot, now time.Time) {
 		if len(g.held) > 0 {
 			skip = func(in model.Instance) bool { return g.held[key{q, in.Name, in.ID}] != nil }
 		}
-		gone := gone(prev.Instances, r.Catalog.Instances, skip)
-		mass := g.tooMany(len(gone), len(prev.Instances))
+		gone := gone(prev, r.Catalog, skip)
+		mass := g.tooMany(len(gone), prev.Len())
 		if !mass && (!restarted || len(gone) == 0) {
 			continue
 		}
@@ -223,7 +223,7 @@ func (g *Guard) hold(s model.Snapshot, now time.Time) {
 			msg = "the source started over with less data and dropped instances; keeping them until it confirms"
 		}
 		g.log.Warn(msg,
-			"query", q.String(), "held", len(gone), "of", len(prev.Instances), "services", strings.Join(slices.Sorted(maps.Keys(services)), ","),
+			"query", q.String(), "held", len(gone), "of", prev.Len(), "services", strings.Join(slices.Sorted(maps.Keys(services)), ","),
 			"until", until.Format(time.RFC3339), "threshold_percent", g.opts.Percent)
 	}
 }
@@ -281,7 +281,7 @@ func (g *Guard) compose(s model.Snapshot) model.Snapshot {
 	for q, hs := range byQuery {
 		r := out.Results[q]
 		c := &model.Catalog{Datacenter: r.Catalog.Datacenter, Index: r.Catalog.Index, Nodes: slices.Clone(r.Catalog.Nodes),
-			Instances: slices.Clone(r.Catalog.Instances)}
+			Instances: slices.Clone(r.Catalog.All())}
 		for _, h := range hs {
 			c.Instances = append(c.Instances, h.in)
 			if h.node != nil && !slices.ContainsFunc(c.Nodes, func(n model.Node) bool { return n.Name == h.node.Name }) {
@@ -303,3 +303,14 @@ func (g *Guard) compose(s model.Snapshot) model.Snapshot {
 
 // is reports whether in is the instance k names.
 func (k key) is(in model.Instance) bool { return in.Name == k.name && in.ID == k.id }
+
+// in reports whether c has the instance k names; only its service's
+// instances are read.
+func (k key) in(c *model.Catalog) bool {
+	for s := range c.Services() {
+		if s[0].Name == k.name && slices.ContainsFunc(s, k.is) {
+			return true
+		}
+	}
+	return false
+}
