@@ -3,6 +3,8 @@ package consul
 import (
 	"fmt"
 	"net/http"
+	"runtime"
+	"slices"
 	"sync"
 	"testing"
 
@@ -46,10 +48,12 @@ func TestHeldConnectionsKeepSmallBuffers(t *testing.T) {
 	}
 }
 
-// A per-service catalog holds each service's instances once: after an
-// assembly its parts are the catalog's own slices, and the sub-watch that
+// A per-service catalog holds each service's instances once: the
+// catalog's lists are the parts themselves, and the sub-watch that
 // answered keeps no copy to compare the next answer with (fetch compares
-// with the part). An answer equal to the part changes nothing.
+// with the part). An answer equal to the part changes nothing; a changed
+// one makes a catalog that shares every other service's list with the
+// one before and leaves that one as it was.
 func TestSplitCatalogHoldsEachInstanceOnce(t *testing.T) {
 	c := &splitCatalog{s: &Source{}, health: map[string]*sub{}, parts: map[string][]model.Instance{}, indexes: map[*sub]uint64{}}
 	for _, name := range []string{"api", "web"} {
@@ -68,8 +72,9 @@ func TestSplitCatalogHoldsEachInstanceOnce(t *testing.T) {
 	c.apply(answer("web", 80, 81))
 	cat := c.assemble()
 	c.dirty = false
-	if &c.parts["api"][0] != &cat.Instances[0] || &c.parts["web"][0] != &cat.Instances[1] {
-		t.Error("the parts are copies of the catalog's instances, not its own")
+	lists := slices.Collect(cat.Services())
+	if len(lists) != 2 || !model.SameInstances(lists[0], c.parts["api"]) || !model.SameInstances(lists[1], c.parts["web"]) {
+		t.Error("the catalog's lists are copies of the parts, not the parts")
 	}
 	c.apply(answer("web", 80, 81))
 	if c.dirty {
@@ -79,8 +84,11 @@ func TestSplitCatalogHoldsEachInstanceOnce(t *testing.T) {
 	if !c.dirty {
 		t.Error("a changed answer left the catalog unchanged")
 	}
-	next := c.assemble()
-	if next.Instances[2].Port != 82 || cat.Instances[2].Port != 81 {
+	next := slices.Collect(c.assemble().Services())
+	if !model.SameInstances(next[0], lists[0]) {
+		t.Error("the next catalog copied api, which did not change")
+	}
+	if next[1][1].Port != 82 || lists[1][1].Port != 81 {
 		t.Error("the next assembly changed the catalog sent before")
 	}
 }
@@ -115,5 +123,35 @@ func TestAnUnmovedAnswerIsNotConvertedAgain(t *testing.T) {
 	r.src.mu.Unlock()
 	if n := split.converted.Load(); n != 1 {
 		t.Errorf("%d answers converted, want the first alone", n)
+	}
+}
+
+// A catalog assembled after one service of 1,000 changed copies no
+// instance: it costs a list of the services, not the 10,000 instances
+// (some 2.9 MB) that a flat catalog would copy at every change.
+func TestAssemblingAfterOneChangeCopiesNoInstance(t *testing.T) {
+	c := &splitCatalog{s: &Source{}, parts: map[string][]model.Instance{}}
+	for s := range 1000 {
+		name := fmt.Sprintf("svc-%04d", s)
+		c.order = append(c.order, name)
+		for i := range 10 {
+			c.parts[name] = append(c.parts[name], model.Instance{Source: Name, Name: name,
+				ID: fmt.Sprintf("n%d/%s", i, name), Node: fmt.Sprintf("n%d", i), Address: "10.0.0.1", Port: 8000 + i})
+		}
+	}
+	first := c.assemble()
+	c.parts["svc-0500"] = slices.Clone(c.parts["svc-0500"])
+	c.parts["svc-0500"][0].Port = 9000
+	var next *model.Catalog
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	next = c.assemble()
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {
+		t.Errorf("assembling after one change allocated %d KiB; want at most 64 KiB", n>>10)
+	}
+	if next.Len() != first.Len() || slices.Collect(next.Services())[500][0].Port != 9000 {
+		t.Errorf("the assembled catalog holds %d instances, svc-0500 first at %d; want 10,000 and 9000",
+			next.Len(), slices.Collect(next.Services())[500][0].Port)
 	}
 }

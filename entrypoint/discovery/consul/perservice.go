@@ -357,29 +357,17 @@ func (c *splitCatalog) index() uint64 {
 
 // assemble puts the cached parts together: they come sorted by service
 // name, and each part is sorted, so the result is in model.SortCatalog's
-// order without sorting.
+// order without sorting. The catalog holds the parts themselves, never
+// written once converted: a service that did not change is the same list
+// in the next catalog, and costs no copy here nor a reading downstream.
 func (c *splitCatalog) assemble() *model.Catalog {
 	dc := c.dc
 	if dc == "" {
 		dc = c.dcName
 	}
-	cat := &model.Catalog{Datacenter: dc, Nodes: nilIfNone(slices.Clone(c.nodeList)), Index: c.index()}
-	n := 0
-	for _, p := range c.parts {
-		n += len(p)
+	parts := make([][]model.Instance, 0, len(c.order))
+	for _, name := range c.order {
+		parts = append(parts, c.parts[name])
 	}
-	if n > 0 {
-		cat.Instances = make([]model.Instance, 0, n)
-		for _, name := range c.order {
-			from := len(cat.Instances)
-			cat.Instances = append(cat.Instances, c.parts[name]...)
-			// The part is the catalog's slice from now on: each service's
-			// instances are held once, not once more for the next
-			// assembly. A catalog is never written once made.
-			if p, ok := c.parts[name]; ok && len(p) > 0 {
-				c.parts[name] = cat.Instances[from:len(cat.Instances):len(cat.Instances)]
-			}
-		}
-	}
-	return cat
+	return model.PerService(dc, nilIfNone(slices.Clone(c.nodeList)), parts, c.index())
 }
