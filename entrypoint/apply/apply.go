@@ -69,6 +69,7 @@ type Applier struct {
 	// Owned by the goroutine in Start and then Run.
 	renderer model.Renderer
 	latest   map[string]model.Snapshot
+	merger   model.Merger    // merges latest, reading only what changed
 	fresh    map[string]bool // answered since start (not from disk)
 	unsaved  map[string]bool // sources whose latest snapshot is not on disk
 	wanted   []model.Query

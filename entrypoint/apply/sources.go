@@ -119,7 +119,7 @@ func (a *Applier) state() model.State {
 	for i, s := range a.opts.Sources {
 		order[i] = s.Name()
 	}
-	return model.Merge(a.latest, order)
+	return a.merger.Merge(a.latest, order)
 }
 
 func (a *Applier) want(qs []model.Query) {

@@ -111,3 +111,35 @@ func TestZipServicesPairsByName(t *testing.T) {
 		}
 	}
 }
+
+// A Merger checks only the services whose lists changed since the
+// catalog it shared last. To see that it does not read the others, the
+// test breaks the rule that lists are never written: an unchanged list
+// made unsorted behind its back is still shared; a new list that is
+// unsorted is not, and Merge, which remembers nothing, reads them all.
+func TestAMergerReadsOnlyTheServicesThatChanged(t *testing.T) {
+	parts := services(80, "api", "db", "web")
+	snap := func(parts [][]Instance) map[string]Snapshot {
+		return map[string]Snapshot{"consul": {Results: map[Query]Result{LocalCatalog: {Catalog: PerService("dc1", nil, parts, 1)}}}}
+	}
+	var m Merger
+	first := snap(parts)
+	if r, _ := m.Merge(first, []string{"consul"}).Result(LocalCatalog); r.Catalog != first["consul"].Local() {
+		t.Fatal("the first sorted catalog is not shared")
+	}
+	parts[0][0], parts[0][1] = parts[0][1], parts[0][0] // api, unsorted behind the merger's back
+	next := snap(slices.Concat(parts[:2], services(81, "web")))
+	if r, _ := m.Merge(next, []string{"consul"}).Result(LocalCatalog); r.Catalog != next["consul"].Local() {
+		t.Error("a catalog where only web changed was checked whole: api's list was read again")
+	}
+	if r, _ := Merge(next, []string{"consul"}).Result(LocalCatalog); r.Catalog == next["consul"].Local() {
+		t.Error("Merge shared a catalog with an unsorted service")
+	}
+	web := services(81, "web")[0]
+	web[0], web[1] = web[1], web[0]
+	bad := snap(slices.Concat(parts[1:2], [][]Instance{web}))
+	got, _ := m.Merge(bad, []string{"consul"}).Result(LocalCatalog)
+	if got.Catalog == bad["consul"].Local() || !slices.IsSortedFunc(got.Catalog.All(), compareInstances) {
+		t.Error("a changed list that is unsorted was shared, not sorted")
+	}
+}

@@ -40,6 +40,27 @@ func (s State) Local() Catalog {
 // catalogs are merged; every other query is answered by the first source
 // that has it.
 func Merge(snaps map[string]Snapshot, order []string) State {
+	st, _ := merge(snaps, order, nil)
+	return st
+}
+
+// Merger is Merge with a memory of the last catalog it passed on as
+// merged (see soleCatalog), so that the next one's check reads only the
+// services whose lists changed: a per-service catalog of 10,000 × 10
+// costs a pass a few milliseconds less. The zero Merger is ready; it is
+// not safe for concurrent use.
+type Merger struct{ shared *Catalog }
+
+// Merge is model.Merge.
+func (m *Merger) Merge(snaps map[string]Snapshot, order []string) State {
+	var st State
+	st, m.shared = merge(snaps, order, m.shared)
+	return st
+}
+
+// merge is Merge; it also returns the local catalog when it is one
+// source's, shared as it came, which checked was if not nil.
+func merge(snaps map[string]Snapshot, order []string, checked *Catalog) (State, *Catalog) {
 	names := slices.Clone(order)
 	for n := range snaps {
 		if !slices.Contains(names, n) {
@@ -49,7 +70,7 @@ func Merge(snaps map[string]Snapshot, order []string) State {
 	slices.Sort(names[len(order):])
 
 	results := map[Query]Result{}
-	if only := soleCatalog(snaps); only != nil {
+	if only := soleCatalog(snaps, checked); only != nil {
 		for _, n := range names {
 			for q, r := range snaps[n].Results {
 				if _, dup := results[q]; !dup && q != LocalCatalog {
@@ -58,7 +79,7 @@ func Merge(snaps map[string]Snapshot, order []string) State {
 			}
 		}
 		results[LocalCatalog] = Result{Catalog: only}
-		return State{results: results}
+		return State{results: results}, only
 	}
 	var local *Catalog
 	type instKey struct {
@@ -116,14 +137,16 @@ func Merge(snaps map[string]Snapshot, order []string) State {
 		SortCatalog(local)
 		results[LocalCatalog] = Result{Catalog: local}
 	}
-	return State{results: results}
+	return State{results: results}, nil
 }
 
 // soleCatalog returns the one local catalog of snaps when it is already
 // what merging it would make (sorted, no instance twice at one address,
 // no node twice): the merged state then shares it rather than copy every
-// instance at every change. Snapshots are never written once sent.
-func soleCatalog(snaps map[string]Snapshot) *Catalog {
+// instance at every change. Snapshots are never written once sent. A
+// service whose list is one that checked (an earlier catalog soleCatalog
+// returned) holds is not read again.
+func soleCatalog(snaps map[string]Snapshot, checked *Catalog) *Catalog {
 	var only *Catalog
 	for _, snap := range snaps {
 		if r, ok := snap.Results[LocalCatalog]; ok {
@@ -141,21 +164,35 @@ func soleCatalog(snaps map[string]Snapshot) *Catalog {
 			return nil
 		}
 	}
-	// Sorted by name first: an instance twice at one address is twice
-	// within one service.
-	for svc := range only.Services() {
-		if !instancesSorted(svc) {
-			return nil
+	if checked == nil {
+		checked = &Catalog{}
+	}
+	ok := true
+	ZipServices(checked, only, func(_ string, was, svc []Instance) {
+		if ok && svc != nil && !SameInstances(was, svc) {
+			ok = mergedService(svc)
 		}
-		for a := range svc {
-			for b := a + 1; b < len(svc); b++ {
-				if svc[a].Address == svc[b].Address && svc[a].Port == svc[b].Port {
-					return nil
-				}
+	})
+	if !ok {
+		return nil
+	}
+	return only
+}
+
+// mergedService reports whether the instances of one service are as
+// merging makes them: sorted, and none twice at one address.
+func mergedService(svc []Instance) bool {
+	if !instancesSorted(svc) {
+		return false
+	}
+	for a := range svc {
+		for b := a + 1; b < len(svc); b++ {
+			if svc[a].Address == svc[b].Address && svc[a].Port == svc[b].Port {
+				return false
 			}
 		}
 	}
-	return only
+	return true
 }
 
 func compareNodes(a, b Node) int { return cmp.Compare(a.Name, b.Name) }
