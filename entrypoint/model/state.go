@@ -229,18 +229,6 @@ func instancesSorted(in []Instance) bool {
 	return true
 }
 
-// SortedByName reports whether in is ordered by service name, as a sorted
-// catalog is: each service one run. By index, comparing names only where
-// they change: slices.IsSortedFunc would copy two instances per step.
-func SortedByName(in []Instance) bool {
-	for i := 1; i < len(in); i++ {
-		if a, b := in[i-1].Name, in[i].Name; a != b && b < a {
-			return false
-		}
-	}
-	return true
-}
-
 // SortCatalog orders nodes by name and instances by service name, node,
 // address, port and ID.
 func SortCatalog(c *Catalog) {
