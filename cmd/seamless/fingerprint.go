@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/seamless-lb/seamless/entrypoint/status"
 	"github.com/seamless-lb/seamless/internal/regular"
@@ -56,7 +57,7 @@ func fingerprint(files []status.ConfigFile, discovery bool) status.Fingerprint {
 	if !ok {
 		return fp
 	}
-	h := sha256.Sum256(membersCanonical(content))
+	h := membersDigest(content)
 	fp.MembersSHA256 = hex.EncodeToString(h[:])
 	return fp
 }
@@ -77,28 +78,66 @@ func readRunning(path, want string) ([]byte, bool) {
 	return b.Bytes(), hex.EncodeToString(h[:]) == want
 }
 
-// membersCanonical rewrites a configuration so that the slots its servers
-// sit in do not matter: in every run of consecutive "server" lines, the
-// server name (the slot) is dropped and the lines are sorted. Everything
-// else is kept as it is.
-func membersCanonical(cfg []byte) []byte {
-	var out, run []string
+// membersDigest is the SHA-256 of a configuration rewritten so that the
+// slots its servers sit in do not matter: in every run of consecutive
+// "server" lines, the server name (the slot) is dropped and the lines are
+// sorted ("server" and the other fields joined by one space). Everything
+// else is kept as it is. The rewriting is hashed as it is made, one run
+// of server lines at a time: at 10,000 backends the configuration is tens
+// of megabytes, which every scrape of the metrics copied four times over.
+func membersDigest(cfg []byte) [sha256.Size]byte {
+	h := sha256.New()
+	var buf []byte   // the run's rewritten lines, back to back
+	var run [][2]int // where each of them is in buf
 	flush := func() {
-		slices.Sort(run)
-		out = append(out, run...)
-		run = run[:0]
+		slices.SortFunc(run, func(a, b [2]int) int { return bytes.Compare(buf[a[0]:a[1]], buf[b[0]:b[1]]) })
+		for _, r := range run {
+			h.Write(buf[r[0]:r[1]])
+		}
+		buf, run = buf[:0], run[:0]
 	}
-	for line := range strings.Lines(string(cfg)) {
-		f := strings.Fields(line)
-		if len(f) >= 2 && f[0] == "server" {
-			run = append(run, "server "+strings.Join(f[2:], " ")+"\n")
+	for line := range bytes.Lines(cfg) {
+		rest, ok := afterServerName(line)
+		if !ok {
+			flush()
+			h.Write(line)
 			continue
 		}
-		flush()
-		out = append(out, line)
+		start := len(buf)
+		buf = append(buf, "server"...)
+		for f, rest := cutField(rest); len(f) > 0; f, rest = cutField(rest) {
+			buf = append(append(buf, ' '), f...)
+		}
+		if len(buf) == start+len("server") {
+			buf = append(buf, ' ')
+		}
+		buf = append(buf, '\n')
+		run = append(run, [2]int{start, len(buf)})
 	}
 	flush()
-	return []byte(strings.Join(out, ""))
+	return [sha256.Size]byte(h.Sum(nil))
+}
+
+// afterServerName reports whether line is a server line ("server" and a
+// name at least) and returns what follows the name.
+func afterServerName(line []byte) ([]byte, bool) {
+	kw, rest := cutField(line)
+	if string(kw) != "server" {
+		return nil, false
+	}
+	name, rest := cutField(rest)
+	return rest, len(name) > 0
+}
+
+// cutField returns b's first field, as strings.Fields splits them, and
+// what follows it.
+func cutField(b []byte) (field, rest []byte) {
+	b = bytes.TrimLeftFunc(b, unicode.IsSpace)
+	i := bytes.IndexFunc(b, unicode.IsSpace)
+	if i < 0 {
+		return b, nil
+	}
+	return b[:i], b[i:]
 }
 
 // runningFingerprint fingerprints what runs now, as /status describes it:
