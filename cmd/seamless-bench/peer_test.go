@@ -342,3 +342,23 @@ func TestPeerWaitIsEveryTools(t *testing.T) {
 		t.Error("-wait 2s:1s (max below min) was taken")
 	}
 }
+
+// A change written after the schedule's end (the writes fell behind it)
+// is probed for as long as one written on time: the deadline used to be
+// the schedule's end plus the timeout, so at 10,000 × 10 every change
+// written more than a minute late counted as never served.
+func TestALateChangeIsProbedForItsWholeTimeout(t *testing.T) {
+	end := time.Date(2026, 12, 5, 1, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		name string
+		now  time.Time
+		want time.Time
+	}{
+		{"on schedule", end.Add(-5 * time.Second), end.Add(time.Minute)},
+		{"90 s late", end.Add(90 * time.Second), end.Add(150 * time.Second)},
+	} {
+		if got := probeDeadline(end, tt.now, time.Minute); !got.Equal(tt.want) {
+			t.Errorf("%s: deadline %s, want %s", tt.name, got.Format(time.TimeOnly), tt.want.Format(time.TimeOnly))
+		}
+	}
+}

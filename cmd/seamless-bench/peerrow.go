@@ -289,7 +289,7 @@ func writeChanges(ctx context.Context, log *slog.Logger, o peerOptions, cat *pee
 			}
 			t.file.arm(k)
 			if t.tool == toolBuiltin {
-				deadline := start.Add(time.Duration(len(cat.changes))*o.interval + o.changeTimeout)
+				deadline := probeDeadline(start.Add(time.Duration(len(cat.changes))*o.interval), time.Now(), o.changeTimeout)
 				t.probing.Go(func() { t.probeServed(ctx, k, l.host(c.svc), c.name, o.every, deadline) })
 			}
 		}
@@ -303,6 +303,17 @@ func writeChanges(ctx context.Context, log *slog.Logger, o peerOptions, cat *pee
 		}
 	}
 	return written, sleepUntil(ctx, start.Add(time.Duration(len(cat.changes))*o.interval))
+}
+
+// probeDeadline is when the probe of a change written at now gives up:
+// timeout after the schedule's end, or after now when the writes fell
+// behind the schedule (at 10,000 × 10 a registration takes Consul some
+// 200 ms, not 20), so that a late change has its time too.
+func probeDeadline(scheduleEnd, now time.Time, timeout time.Duration) time.Time {
+	if now.After(scheduleEnd) {
+		return now.Add(timeout)
+	}
+	return scheduleEnd.Add(timeout)
 }
 
 // finishPeerResult reads what tool t did over the changes into r.
