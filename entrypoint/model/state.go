@@ -201,7 +201,7 @@ func compareInstances(a, b Instance) int { return compareInstanceAt(&a, &b) }
 
 // compareInstanceAt stops at the first field that differs (cmp.Or would
 // compare all five) and copies no instance: Merge checks the order of
-// every instance of the catalog at every change.
+// every instance of each service that changed.
 func compareInstanceAt(a, b *Instance) int {
 	if c := strings.Compare(a.Name, b.Name); c != 0 {
 		return c
