@@ -281,7 +281,7 @@ func (g *Guard) compose(s model.Snapshot) model.Snapshot {
 	for q, hs := range byQuery {
 		r := out.Results[q]
 		c := &model.Catalog{Datacenter: r.Catalog.Datacenter, Index: r.Catalog.Index, Nodes: slices.Clone(r.Catalog.Nodes),
-			Instances: slices.Clone(r.Catalog.All())}
+			Instances: slices.Concat(slices.Collect(r.Catalog.Services())...)} // one copy, of either kind
 		for _, h := range hs {
 			c.Instances = append(c.Instances, h.in)
 			if h.node != nil && !slices.ContainsFunc(c.Nodes, func(n model.Node) bool { return n.Name == h.node.Name }) {
