@@ -76,15 +76,17 @@ func TestAPerServiceCatalogReadsAsTheWholeOne(t *testing.T) {
 // instance twice at one address) is not shared as the merged one.
 func TestAnUnsortedPerServiceCatalogIsMerged(t *testing.T) {
 	web := services(80, "web")[0]
-	twice := PerService("", nil, [][]Instance{web, web}, 0)
-	dup := PerService("", nil, [][]Instance{{web[0], web[0]}}, 0)
-	for name, c := range map[string]*Catalog{"a service twice": twice, "an instance twice": dup} {
-		got := Merge(map[string]Snapshot{"consul": {Results: map[Query]Result{LocalCatalog: {Catalog: c}}}}, []string{"consul"}).Local()
-		if got.Len() != 1 && name == "an instance twice" || got.Len() != 2 && name == "a service twice" {
-			t.Errorf("%s: merged to %d instances", name, got.Len())
-		}
-		if !got.SortedByService() {
-			t.Errorf("%s: the merged catalog is not sorted by service", name)
+	for _, tt := range []struct {
+		name string
+		c    *Catalog
+		want int
+	}{
+		{"a service twice", PerService("", nil, [][]Instance{web, web}, 0), 2},
+		{"an instance twice", PerService("", nil, [][]Instance{{web[0], web[0]}}, 0), 1},
+	} {
+		got := Merge(map[string]Snapshot{"consul": {Results: map[Query]Result{LocalCatalog: {Catalog: tt.c}}}}, []string{"consul"}).Local()
+		if got.Len() != tt.want || !got.SortedByService() {
+			t.Errorf("%s: merged to %d instances (sorted by service: %t), want %d, sorted", tt.name, got.Len(), got.SortedByService(), tt.want)
 		}
 	}
 }
