@@ -73,9 +73,11 @@ type Defaults struct {
 	WorkerSocket string
 }
 
-// maxSocketPath is the longest path a Unix socket's address holds (108
-// bytes with the terminating NUL).
-const maxSocketPath = 107
+// maxSocketPath is the longest path HAProxy listens on: a Unix address
+// holds 107 bytes, and HAProxy binds "<path>.<pid>.tmp" first, then
+// renames it, so it refuses a listening socket's path past 97 (2.6 to
+// 3.2) and with it the whole configuration.
+const maxSocketPath = 97
 
 // SocketPathFits reports whether path can be written in a configuration
 // unquoted and bound as a Unix socket.

@@ -2,10 +2,13 @@ package haproxy
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
 func TestScanConfigAndDefaults(t *testing.T) {
@@ -74,6 +77,39 @@ func TestDefaultsDeclareTheWorkerSocket(t *testing.T) {
 		"/" + strings.Repeat("d", 100) + "/worker.sock"} {
 		if got := (Defaults{WorkerSocket: bad}).File(Directives{}); got != "" {
 			t.Errorf("%q declared:\n%s", bad, got)
+		}
+	}
+}
+
+// The longest worker socket path declared is the longest HAProxy takes
+// for a listening socket: it binds "<path>.<pid>.tmp" and renames it, so
+// it refuses paths past 97 bytes, 10 short of a Unix address, and a
+// declared socket it refused kept the whole configuration from loading.
+func TestTheLongestWorkerSocketDeclaredIsOneHAProxyTakes(t *testing.T) {
+	bin := testenv.HAProxy(t)
+	base := t.TempDir()
+	for _, n := range []int{maxSocketPath, maxSocketPath + 1} {
+		// A directory whose worker.sock path is n bytes long.
+		dir := filepath.Join(base, strings.Repeat("d", n-len(base)-len("//x/worker.sock")), "x")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, "worker.sock")
+		if len(p) != n {
+			t.Fatalf("path of %d bytes, want %d", len(p), n)
+		}
+		body := Defaults{WorkerSocket: p}.File(Directives{})
+		if declared := body != ""; declared != (n <= maxSocketPath) {
+			t.Fatalf("%d bytes: declared %v", n, declared)
+		}
+		// Declared or not, HAProxy must take the path seamless would.
+		cfg := filepath.Join(dir, "check.cfg")
+		if err := os.WriteFile(cfg, []byte("global\n    stats socket "+p+" mode 600 level admin\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(bin, "-c", "-f", cfg).CombinedOutput()
+		if took := err == nil; took != SocketPathFits(p) {
+			t.Errorf("%d bytes: HAProxy took the socket: %v, SocketPathFits: %v\n%s", n, took, SocketPathFits(p), out)
 		}
 	}
 }
