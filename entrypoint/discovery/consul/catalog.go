@@ -281,6 +281,7 @@ func convertDump(dump []*nodeInfo, dc, tagFilter string) *model.Catalog {
 				byService[c.ServiceID] = append(byService[c.ServiceID], mc)
 			}
 		}
+		slices.SortFunc(nodeChecks, compareChecks)
 
 		for _, svc := range n.Services {
 			if svc == nil || svc.PeerName != "" {
@@ -292,10 +293,14 @@ func convertDump(dump []*nodeInfo, dc, tagFilter string) *model.Catalog {
 			for i, tag := range svc.Tags {
 				svc.Tags[i] = one.of(tag)
 			}
-			checks := append(slices.Clone(nodeChecks), byService[svc.ID]...)
-			slices.SortFunc(checks, func(a, b model.Check) int {
-				return cmp.Or(cmp.Compare(a.ServiceID, b.ServiceID), cmp.Compare(a.CheckID, b.CheckID))
-			})
+			// The services of a node without checks of their own share its
+			// list (a catalog is never written): a node of a thousand
+			// instances held a thousand copies of its serfHealth check.
+			checks := nodeChecks[:len(nodeChecks):len(nodeChecks)]
+			if own := byService[svc.ID]; len(own) > 0 {
+				checks = append(slices.Clone(nodeChecks), own...)
+				slices.SortFunc(checks, compareChecks)
+			}
 			in := model.Instance{
 				Source:              Name,
 				Datacenter:          node.Datacenter,
@@ -326,6 +331,12 @@ func convertDump(dump []*nodeInfo, dc, tagFilter string) *model.Catalog {
 	cat.Nodes, cat.Instances = nilIfNone(cat.Nodes), nilIfNone(cat.Instances)
 	model.SortCatalog(cat)
 	return cat
+}
+
+// compareChecks orders an instance's checks: the node's (no ServiceID)
+// first, then by ID.
+func compareChecks(a, b model.Check) int {
+	return cmp.Or(cmp.Compare(a.ServiceID, b.ServiceID), cmp.Compare(a.CheckID, b.CheckID))
 }
 
 // strs keeps one copy of each string of an answer: the instances of a

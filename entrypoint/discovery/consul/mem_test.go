@@ -155,3 +155,44 @@ func TestAssemblingAfterOneChangeCopiesNoInstance(t *testing.T) {
 			next.Len(), slices.Collect(next.Services())[500][0].Port)
 	}
 }
+
+// The instances of one node share its node checks unless they have checks
+// of their own: a node of a thousand instances held a thousand copies of
+// its serfHealth check (10 MB at 10,000 × 10). A service's own checks
+// still come after the node's, in order, and leave the shared list as it
+// was.
+func TestInstancesOfANodeShareItsChecks(t *testing.T) {
+	n := &nodeInfo{Node: "n1", Address: "10.0.0.1", Checks: []*healthCheck{
+		{CheckID: "serfHealth", Status: "passing"},
+		{CheckID: "web-2-http", Status: "critical", ServiceID: "web-2"},
+		{CheckID: "disk", Status: "passing"},
+	}}
+	for _, id := range []string{"web-1", "web-2", "web-3"} {
+		n.Services = append(n.Services, &nodeService{ID: id, Service: "web", Port: 80})
+	}
+	cat := convertDump([]*nodeInfo{n}, "dc1", "")
+	byID := map[string]model.Instance{}
+	for _, in := range cat.All() {
+		byID[in.ID] = in
+	}
+	ids := func(cs []model.Check) []string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, c.CheckID)
+		}
+		return out
+	}
+	one, two, three := byID[instanceID("n1", "web-1")], byID[instanceID("n1", "web-2")], byID[instanceID("n1", "web-3")]
+	if want := []string{"disk", "serfHealth"}; !slices.Equal(ids(one.Checks), want) || !slices.Equal(ids(three.Checks), want) {
+		t.Fatalf("checks of web-1 %v and web-3 %v, want %v", ids(one.Checks), ids(three.Checks), want)
+	}
+	if &one.Checks[0] != &three.Checks[0] {
+		t.Errorf("web-1 and web-3 hold copies of the node's checks, want one list")
+	}
+	if cap(one.Checks) != len(one.Checks) {
+		t.Errorf("the shared list has room for %d checks past its %d: an append to it would write the others'", cap(one.Checks), len(one.Checks))
+	}
+	if want := []string{"disk", "serfHealth", "web-2-http"}; !slices.Equal(ids(two.Checks), want) || two.Status != model.StatusCritical {
+		t.Errorf("web-2: checks %v, status %s; want %v, critical", ids(two.Checks), two.Status, want)
+	}
+}
