@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/seamless-lb/seamless/entrypoint/config"
+	"github.com/seamless-lb/seamless/entrypoint/haproxy"
 	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
@@ -149,5 +151,22 @@ func TestHealthCommand(t *testing.T) {
 	in.wait(15 * time.Second)
 	if code, _, _ := runBinary(t, []string{"SEAMLESS_STATUS_ADDR=" + in.status}, "health"); code != exitInvalid {
 		t.Errorf("nothing listening: exit %d, want %d", code, exitInvalid)
+	}
+}
+
+// A run directory too long for HAProxy's master CLI socket stops seamless
+// before HAProxy starts, naming the variable: HAProxy would only say it
+// cannot create the master's CLI, and exit.
+func TestARunDirTooLongForTheMasterSocketExits2(t *testing.T) {
+	s := newSite(t, startBackend(t))
+	s.write(t, 1)
+	base := t.TempDir()
+	dir := filepath.Join(base, strings.Repeat("r", haproxy.MaxSocketPath-len(base)-len("//master.sock")+1))
+	code, _, errOut := runBinary(t, []string{"SEAMLESS_RUN_DIR=" + dir}, "haproxy", "-f", s.path)
+	if code != exitUsage || !strings.Contains(errOut, "SEAMLESS_RUN_DIR is too long") {
+		t.Errorf("exit %d, want %d naming SEAMLESS_RUN_DIR; stderr:\n%s", code, exitUsage, errOut)
+	}
+	if strings.Contains(errOut, "haproxy started") {
+		t.Error("HAProxy was started on a master socket it cannot create")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -53,9 +54,17 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 		log.Error("cannot create SEAMLESS_RUN_DIR", "dir", cfg.RunDir, "err", err)
 		return exitUsage
 	}
-	cl, err := haproxy.ParseCommandLine(args, filepath.Join(cfg.RunDir, "master.sock"))
+	master := filepath.Join(cfg.RunDir, "master.sock")
+	cl, err := haproxy.ParseCommandLine(args, master)
 	if err != nil {
 		log.Error("bad haproxy command line", "err", err)
+		return exitUsage
+	}
+	if strings.HasPrefix(cl.MasterSocket, master+",") && len(master) > haproxy.MaxSocketPath {
+		// HAProxy would refuse it and exit, with no word of the variable.
+		log.Error("SEAMLESS_RUN_DIR is too long: HAProxy listens on a socket path of at most "+strconv.Itoa(haproxy.MaxSocketPath)+
+			" bytes, and its master CLI socket there would be longer; choose a shorter directory (or give haproxy -S)",
+			"dir", cfg.RunDir, "socket", master, "bytes", len(master))
 		return exitUsage
 	}
 	if len(cl.Dropped) > 0 {

@@ -30,7 +30,7 @@ const Prefix = "SEAMLESS"
 type Config struct {
 	Config        string        `envconfig:"CONFIG" default:"/usr/local/etc/haproxy/haproxy.cfg" desc:"HAProxy configuration file, used when seamless is started without a haproxy command line (and by 'seamless check' without arguments)."`
 	HAProxyBin    string        `envconfig:"HAPROXY_BIN" default:"haproxy" desc:"HAProxy executable (looked up in PATH)."`
-	RunDir        string        `envconfig:"RUN_DIR" default:"/var/run/seamless" desc:"Directory for the master CLI socket, the worker's (worker.sock) and generated files; must be writable by the user seamless runs as."`
+	RunDir        string        `envconfig:"RUN_DIR" default:"/var/run/seamless" desc:"Directory for the master CLI socket (master.sock), the worker's (worker.sock) and generated files; must be writable by the user seamless runs as. HAProxy listens on socket paths of at most 97 bytes: a longer master.sock path stops seamless at start (unless haproxy -S names another), a longer worker.sock is left out."`
 	StatusAddr    string        `envconfig:"STATUS_ADDR" default:":8405" desc:"Listen address of the HTTP status endpoint (/healthz, /metrics). Empty disables it."`
 	DebugAddr     string        `envconfig:"DEBUG_ADDR" desc:"Listen address of Go's profiler (/debug/pprof/), for measuring seamless itself: CPU and heap profiles, goroutines. It shows internals (no secrets, but names and addresses of services): bind it to 127.0.0.1. Empty (the default) disables it."`
 	LogFormat     string        `envconfig:"LOG_FORMAT" default:"text" desc:"Log format: text or json. In json, HAProxy's own output lines become records too (component=haproxy)."`

@@ -73,16 +73,16 @@ type Defaults struct {
 	WorkerSocket string
 }
 
-// maxSocketPath is the longest path HAProxy listens on: a Unix address
+// MaxSocketPath is the longest path HAProxy listens on: a Unix address
 // holds 107 bytes, and HAProxy binds "<path>.<pid>.tmp" first, then
 // renames it, so it refuses a listening socket's path past 97 (2.6 to
 // 3.2) and with it the whole configuration.
-const maxSocketPath = 97
+const MaxSocketPath = 97
 
 // SocketPathFits reports whether path can be written in a configuration
 // unquoted and bound as a Unix socket.
 func SocketPathFits(path string) bool {
-	return path != "" && len(path) <= maxSocketPath && !strings.ContainsAny(path, " \t\n#\"'\\$")
+	return path != "" && len(path) <= MaxSocketPath && !strings.ContainsAny(path, " \t\n#\"'\\$")
 }
 
 // File renders a config file with the defaults the user did not set, or ""

@@ -88,7 +88,7 @@ func TestDefaultsDeclareTheWorkerSocket(t *testing.T) {
 func TestTheLongestWorkerSocketDeclaredIsOneHAProxyTakes(t *testing.T) {
 	bin := testenv.HAProxy(t)
 	base := t.TempDir()
-	for _, n := range []int{maxSocketPath, maxSocketPath + 1} {
+	for _, n := range []int{MaxSocketPath, MaxSocketPath + 1} {
 		// A directory whose worker.sock path is n bytes long.
 		dir := filepath.Join(base, strings.Repeat("d", n-len(base)-len("//x/worker.sock")), "x")
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -99,7 +99,7 @@ func TestTheLongestWorkerSocketDeclaredIsOneHAProxyTakes(t *testing.T) {
 			t.Fatalf("path of %d bytes, want %d", len(p), n)
 		}
 		body := Defaults{WorkerSocket: p}.File(Directives{})
-		if declared := body != ""; declared != (n <= maxSocketPath) {
+		if declared := body != ""; declared != (n <= MaxSocketPath) {
 			t.Fatalf("%d bytes: declared %v", n, declared)
 		}
 		// Declared or not, HAProxy must take the path seamless would.
