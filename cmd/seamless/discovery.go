@@ -195,6 +195,9 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 		Wait:         cfg.Wait,
 		StartTimeout: cfg.DiscoveryTimeout,
 		Validate:     keepRefused(validate, cl.ConfigFiles[0], cur, log),
+		// A template of yours is checked first: a refusal then names its
+		// lines, which HAProxy's start cannot.
+		FirstUnchecked: cfg.Template == "",
 		Reload: func(ctx context.Context, reason string) (reload.Outcome, error) {
 			return reloader().Do(ctx, reason)
 		},

@@ -46,6 +46,14 @@ type Options struct {
 	// Validate checks a candidate file as HAProxy would load it instead
 	// of Path (haproxy -c).
 	Validate func(ctx context.Context, path string) error
+	// FirstUnchecked: when Path does not exist, so that no HAProxy runs a
+	// configuration a bad one could replace, the first is written without
+	// Validate and HAProxy's start is its check. That start parses the
+	// file as haproxy -c does and exits on what it would refuse; checking
+	// before doubles the time to the first served request (seconds at
+	// 100,000 servers). Leave it false where Validate says more than
+	// HAProxy would (it names a template's lines).
+	FirstUnchecked bool
 	// Reload reloads HAProxy and reports the outcome (reload.Reloader.Do).
 	Reload func(ctx context.Context, reason string) (reload.Outcome, error)
 	// Runtime, when set, applies renderings that differ only in their

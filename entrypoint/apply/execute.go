@@ -191,12 +191,19 @@ func (a *Applier) retryLater(why, change string, start time.Time, err error) {
 // place; Path is untouched when validation fails. Failures of the disk
 // are *WriteError.
 func (a *Applier) write(ctx context.Context, data []byte) error {
+	return a.writeChecked(ctx, data, true)
+}
+
+// writeChecked is write, without the validation when check is false.
+func (a *Applier) writeChecked(ctx context.Context, data []byte, check bool) error {
 	cand := a.opts.Path + ".new"
 	if err := WriteFile(cand, data, 0o640); err != nil {
 		return &WriteError{Path: cand, Err: err}
 	}
-	if err := a.opts.Validate(ctx, cand); err != nil {
-		return err
+	if check {
+		if err := a.opts.Validate(ctx, cand); err != nil {
+			return err
+		}
 	}
 	if err := os.Rename(cand, a.opts.Path); err != nil {
 		return &WriteError{Path: a.opts.Path, Err: err}

@@ -2,6 +2,7 @@ package apply
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -51,4 +52,50 @@ func TestStartWithNothingFromTheSourcesServesTheEmptyConfiguration(t *testing.T)
 		t.Errorf("file %q", got)
 	}
 	testenv.Eventually(t, 5*time.Second, "ready", func() bool { return r.a.Ready() == nil })
+}
+
+// With FirstUnchecked, the first configuration is written unchecked only
+// when nothing was applied before: HAProxy's start checks it. Over an
+// earlier file (what a restart would fall back to) it is checked first,
+// and a refused one leaves that file as it was; without FirstUnchecked it
+// is always checked.
+func TestTheFirstConfigurationIsCheckedByHAProxyAloneWhenNothingRuns(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		unchecked bool
+		before    string // Path's content before the start; "" none
+		checks    int
+		err       bool
+		file      string
+	}{
+		{name: "nothing before", unchecked: true, checks: 0, file: "frontend http\nserver web 10.0.0.1\n"},
+		{name: "nothing before, checked", checks: 1, file: "frontend http\nserver web 10.0.0.1\n"},
+		{name: "an earlier file", unchecked: true, before: "frontend old\n", checks: 1, file: "frontend http\nserver web 10.0.0.1\n"},
+		{name: "an earlier file, a refused one", unchecked: true, before: "frontend old\n", checks: 1, file: "frontend old\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := newSource("consul")
+			r := newRig(t, t.TempDir(), builtinLike{}, src)
+			r.a.opts.FirstUnchecked = tc.unchecked
+			if tc.before != "" {
+				if err := os.WriteFile(r.path, []byte(tc.before), 0o640); err != nil {
+					t.Fatal(err)
+				}
+			}
+			addr := "10.0.0.1"
+			if strings.Contains(tc.name, "refused") {
+				addr = "bad"
+			}
+			src.send("web=" + addr)
+			if err := r.a.Start(startCtx(t, r)); err != nil {
+				t.Fatal(err)
+			}
+			if n := r.checkCount(); n != tc.checks {
+				t.Errorf("%d checks before HAProxy starts, want %d", n, tc.checks)
+			}
+			if got := r.file(t); got != tc.file {
+				t.Errorf("file %q, want %q", got, tc.file)
+			}
+		})
+	}
 }
