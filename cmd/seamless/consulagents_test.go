@@ -17,12 +17,12 @@ func TestConsulAgentsReachTheSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = newRawSources(cfg, nil)
+	_, err = newRawSources(cfg, nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "CONSUL_HTTP_ADDR") || !strings.Contains(err.Error(), "127.0.0.1:8500,127.0.0.1:8501") {
 		t.Errorf("error %v, want one naming CONSUL_HTTP_ADDR and the list of agents", err)
 	}
 	t.Setenv("CONSUL_HTTP_ADDR", "127.0.0.1:8500")
-	if _, err := newRawSources(cfg, nil); err != nil {
+	if _, err := newRawSources(cfg, nil, nil); err != nil {
 		t.Errorf("CONSUL_HTTP_ADDR naming the first agent: %v", err)
 	}
 }

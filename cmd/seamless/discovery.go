@@ -32,16 +32,17 @@ const renderedName = "haproxy.cfg"
 
 // newSources builds the discovery sources of SEAMLESS_SOURCES, in order,
 // each behind the removal guard. Their configuration errors surface here,
-// before anything starts.
-func newSources(cfg *config.Config, log *slog.Logger) ([]model.Source, error) {
-	srcs, err := newRawSources(cfg, log)
+// before anything starts. serving, when not nil, is closed once HAProxy
+// serves (consul.Config.Serving).
+func newSources(cfg *config.Config, serving <-chan struct{}, log *slog.Logger) ([]model.Source, error) {
+	srcs, err := newRawSources(cfg, serving, log)
 	for i, s := range srcs {
 		srcs[i] = guard.Wrap(s, guard.Options{Percent: cfg.RemovalGuard, Hold: cfg.RemovalHold, Log: log})
 	}
 	return srcs, err
 }
 
-func newRawSources(cfg *config.Config, log *slog.Logger) ([]model.Source, error) {
+func newRawSources(cfg *config.Config, serving <-chan struct{}, log *slog.Logger) ([]model.Source, error) {
 	var out []model.Source
 	for _, name := range cfg.SourceList() {
 		switch name {
@@ -49,7 +50,7 @@ func newRawSources(cfg *config.Config, log *slog.Logger) ([]model.Source, error)
 			s, err := consul.New(consul.Config{
 				TagFilter: cfg.ConsulTag, Datacenter: cfg.ConsulDatacenter, Stale: cfg.ConsulStale,
 				Watches: cfg.ConsulWatches, MaxStale: cfg.ConsulMaxStale, Agents: cfg.ConsulAgents(),
-				Wanted: consulWanted(cfg),
+				Wanted: consulWanted(cfg), Serving: serving,
 			}, log)
 			if err != nil {
 				return nil, err
@@ -168,9 +169,10 @@ type discovery struct {
 
 // startDiscovery starts the sources and writes the first configuration to
 // SEAMLESS_STATE_DIR/haproxy.cfg, which cl is pointed at. The reloader is
-// given later, once it exists.
+// given later, once it exists; serving is closed once HAProxy serves.
 func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.CommandLine, validate func(context.Context, string) error,
-	reloader func() *reload.Reloader, cli *haproxy.MasterCLI, m *metrics.Metrics, hosts func([]string), log *slog.Logger) (*discovery, error) {
+	reloader func() *reload.Reloader, cli *haproxy.MasterCLI, m *metrics.Metrics, hosts func([]string), serving <-chan struct{},
+	log *slog.Logger) (*discovery, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return nil, fmt.Errorf("SEAMLESS_STATE_DIR: %w", err)
 	}
@@ -182,7 +184,7 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 			return nil, fmt.Errorf("SEAMLESS_STATE_DIR: %w", err)
 		}
 	}
-	sources, err := newSources(cfg, log)
+	sources, err := newSources(cfg, serving, log)
 	if err != nil {
 		return nil, err
 	}
@@ -223,6 +225,10 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 				Name: "seamless_consul_requests_total",
 				Help: "HTTP requests made to Consul (blocking queries count once each): the cost of discovery, independent of the number of unchanged services.",
 			}, func() float64 { return float64(c.Requests()) }))
+			m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "seamless_consul_requests_in_flight",
+				Help: "HTTP requests to Consul waiting for their answer: once steady, the held blocking queries (one per watched service, plus the service and node lists), each an open connection to the agent.",
+			}, func() float64 { return float64(c.InFlight()) }))
 			for _, outcome := range consul.ViewCheckOutcomes {
 				m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 					Name:        "seamless_consul_view_checks_total",
@@ -318,7 +324,7 @@ func render(ctx context.Context, cfg *config.Config, bin string, args []string, 
 		fmt.Fprintln(stderr, "seamless render: no discovery configured (set SEAMLESS_SOURCES or SEAMLESS_TEMPLATE)")
 		return exitUsage
 	}
-	sources, err := newSources(cfg, log)
+	sources, err := newSources(cfg, nil, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "seamless render: %v\n", err)
 		return exitUsage

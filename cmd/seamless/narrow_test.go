@@ -192,3 +192,32 @@ func TestTemplateWatchesTheServicesNamed(t *testing.T) {
 		t.Errorf("health queries for %v, want none", got)
 	}
 }
+
+// A catalog large enough to be seeded from the node dump (64 services or
+// more) holds its per-service queries until HAProxy serves, then watches:
+// a change after the start is served.
+func TestASeededStartWatchesOnceHAProxyServes(t *testing.T) {
+	r := newDiscoveryRig(t)
+	c := r.consul.Client()
+	r.ports["old"], r.ports["new"] = namedBackend(t, "old"), namedBackend(t, "new")
+	const services = 70
+	for i := range services {
+		registerExternal(t, c, fmt.Sprintf("i%d", i), fmt.Sprintf("svc-%d", i), r.ports["old"], api.HealthPassing,
+			fmt.Sprintf("seamless.http.host=svc-%d.example", i))
+	}
+	proxy := proxyConsul(t, r.consul.Addr())
+	r.extraEnv = append(r.extraEnv, "CONSUL_HTTP_ADDR="+proxy.addr)
+	in := r.start(t)
+	r.eventuallyServedBy(t, "svc-7.example", "old")
+	if got := proxy.with("/v1/internal/ui/nodes"); len(got) == 0 {
+		t.Fatal("the start was not seeded from the node dump")
+	}
+	if !strings.Contains(in.out.String(), "the per-service queries wait until HAProxy serves") {
+		t.Error("the per-service queries did not wait for HAProxy")
+	}
+	registerExternal(t, c, "i7", "svc-7", r.ports["new"], api.HealthPassing, "seamless.http.host=svc-7.example")
+	r.eventuallyServedBy(t, "svc-7.example", "new")
+	testenv.Eventually(t, 10*time.Second, "a query held per service and for the service and node lists", func() bool {
+		return in.metric("seamless_consul_requests_in_flight") == services+2
+	})
+}

@@ -113,6 +113,9 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 		}
 		defer hc.close()
 	}
+	// Closed once HAProxy serves its first configuration: the Consul
+	// source's per-service queries wait for it (consul.Config.Serving).
+	serving := make(chan struct{})
 	if cfg.Discovery() {
 		// Until the reloader's validator (with the defaults and the
 		// speed-up) exists, the first file is checked as it is.
@@ -121,7 +124,7 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 			return candidateValidator(checker, cl.ConfigFiles[0])(ctx, cand)
 		}
 		disc, err = startDiscovery(startCtx, cfg, cl, validate, func() *reload.Reloader { return rl },
-			haproxy.NewMasterCLI(cl.MasterSocket), m, hc.hostsFunc(), log)
+			haproxy.NewMasterCLI(cl.MasterSocket), m, hc.hostsFunc(), serving, log)
 		if err != nil && startCtx.Err() != nil {
 			if sig := endWatch(); sig != nil {
 				return stoppedStarting(sig, log)
@@ -165,7 +168,8 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 		fp := runningFingerprint(cl.ConfigFiles, disc != nil, reloads)
 		return fp.SHA256, fp.MembersSHA256
 	})
-	opts := supervisor.Options{Bin: bin, Args: cl.RunArgs(extra...), Env: env, StopGrace: cfg.StopGrace, Signals: sigs}
+	opts := supervisor.Options{Bin: bin, Args: cl.RunArgs(extra...), Env: env, StopGrace: cfg.StopGrace, Signals: sigs,
+		OnReady: sync.OnceFunc(func() { close(serving) })}
 	ready := func() error { return nil }
 	if disc != nil {
 		opts.OnReload = disc.applier.Reload

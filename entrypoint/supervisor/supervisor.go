@@ -62,6 +62,8 @@ type Options struct {
 	// OnReload, when set, receives SIGHUP and SIGUSR2 instead of the
 	// reloader: discovery re-reads its sources and template first.
 	OnReload func(signal string)
+	// OnReady, when set, is called once the first worker serves.
+	OnReady func()
 }
 
 // Supervisor runs one HAProxy master.
@@ -292,6 +294,9 @@ func (s *Supervisor) awaitReady(ctx context.Context) {
 	s.metrics.LastReloadSuccess.SetToCurrentTime()
 	s.metrics.Workers.WithLabelValues("current").Set(float64(len(p.Workers)))
 	s.log.Info("haproxy ready", "version", p.Master.Version, "master", p.Master.Pid, "workers", len(p.Workers))
+	if s.opts.OnReady != nil {
+		s.opts.OnReady()
+	}
 }
 
 // waitCopied lets HAProxy's last lines (often the reason it exited) reach

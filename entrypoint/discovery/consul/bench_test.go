@@ -225,7 +225,7 @@ func reportMemory(t *testing.T, r *running, n, watched int) {
 	}
 	listed, w := r.src.Services()
 	t.Logf("%d services, %d watched (Services(): %d of %d listed): %d requests held, %d sockets open; heap %.1f MiB, stacks %.1f MiB, %d goroutines, RSS %s",
-		n, watched, w, listed, r.src.inFlight(), sockets, float64(ms.HeapAlloc)/(1<<20), float64(ms.StackInuse)/(1<<20),
+		n, watched, w, listed, r.src.InFlight(), sockets, float64(ms.HeapAlloc)/(1<<20), float64(ms.StackInuse)/(1<<20),
 		runtime.NumGoroutine(), vmRSS())
 }
 

@@ -320,7 +320,7 @@ func TestCancelReturnsDuringABlockingQuery(t *testing.T) {
 		t.Fatal("Run still runs 5s after its context ended")
 	}
 	t.Logf("Run returned %s after the cancel", time.Since(start).Round(time.Millisecond))
-	if n := r.src.inFlight(); n != 0 {
+	if n := r.src.InFlight(); n != 0 {
 		t.Errorf("%d requests still in flight after Run returned", n)
 	}
 }

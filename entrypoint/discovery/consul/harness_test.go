@@ -134,7 +134,7 @@ func (r *running) waitFor(msg string, cond func(model.Snapshot) bool) model.Snap
 func (r *running) steady(want uint64) {
 	r.t.Helper()
 	testenv.Eventually(r.t, wait, fmt.Sprintf("%d blocking queries open and nothing else in flight", want), func() bool {
-		return r.src.inFlight() == want
+		return r.src.InFlight() == want
 	})
 }
 

@@ -89,7 +89,7 @@ func TestPerServiceCatalogIsTheNodeDump(t *testing.T) {
 				t.Logf("per service:\n%+v\nnode dump:\n%+v", got, want)
 			}
 			r.steady(watching(tt.services)) // per service, not the dump
-			if answered := r.src.Requests() - r.src.inFlight(); tt.seedAt > 0 && answered != seedReads {
+			if answered := r.src.Requests() - r.src.InFlight(); tt.seedAt > 0 && answered != seedReads {
 				t.Errorf("%d requests answered, want %d: the catalog compared is not the seed's alone", answered, seedReads)
 			}
 		})

@@ -10,8 +10,9 @@ import (
 // including those still waiting for an answer.
 func (s *Source) Requests() uint64 { return s.started.Load() }
 
-// inFlight is how many requests wait for an answer now.
-func (s *Source) inFlight() uint64 {
+// InFlight is how many requests wait for an answer now: once the source
+// is steady, its held blocking queries.
+func (s *Source) InFlight() uint64 {
 	f := s.finished.Load()
 	return s.started.Load() - f
 }

@@ -58,10 +58,13 @@ func (c *splitCatalog) seed(ctx context.Context) error {
 		hook(index)
 	}
 	c.seedIndex, c.seedEpoch = index, c.restartCtx()
+	runs := make([]func(), 0, len(want))
 	for _, name := range want {
 		c.parts[name] = parts[name]
-		c.health[name] = c.startSeeded(name, index, digest(parts[name]))
+		sb, run := c.seeded(name, index, digest(parts[name]))
+		c.health[name], runs = sb, append(runs, run)
 	}
+	c.startOnceServing(runs)
 	c.dirty = true
 	c.s.log.Info("first answer of the catalog read in one request; each service's query waits for its next change",
 		"datacenter", cmp.Or(c.dc, c.dcName), "services", len(want), "index", index)
@@ -118,11 +121,40 @@ func (c *splitCatalog) floor() uint64 {
 	return c.seedIndex
 }
 
-// startSeeded starts the health query of service name waiting on index,
-// with the instances the seed gave it (their digest) as its last answer.
-func (c *splitCatalog) startSeeded(name string, index uint64, d [32]byte) *sub {
+// seeded is the health query of service name waiting on index, with the
+// instances the seed gave it (their digest) as its last answer, and what
+// runs it.
+func (c *splitCatalog) seeded(name string, index uint64, d [32]byte) (*sub, func()) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	sb := &sub{kind: partHealth, name: name, cancel: cancel, seed: index, seedDigest: d}
-	c.wg.Go(func() { c.run(ctx, sb) })
-	return sb
+	return sb, func() { c.run(ctx, sb) }
+}
+
+// startOnceServing starts runs now, or once Config.Serving is closed: one
+// goroutine waits for all of them, not one each.
+func (c *splitCatalog) startOnceServing(runs []func()) {
+	start := func() {
+		for _, run := range runs {
+			c.wg.Go(run)
+		}
+	}
+	serving := c.s.cfg.Serving
+	if serving == nil {
+		start()
+		return
+	}
+	select {
+	case <-serving:
+		start()
+		return
+	default:
+	}
+	c.s.log.Debug("the per-service queries wait until HAProxy serves", "services", len(runs))
+	c.wg.Go(func() {
+		select {
+		case <-serving:
+			start()
+		case <-c.ctx.Done():
+		}
+	})
 }

@@ -20,7 +20,7 @@ import (
 const seedReads = 3
 
 // answered is how many of the source's requests have answered.
-func answered(r *running) uint64 { return r.src.Requests() - r.src.inFlight() }
+func answered(r *running) uint64 { return r.src.Requests() - r.src.InFlight() }
 
 // A seeded start reads the catalog once (plus the service and node lists)
 // and holds one query per service that answers at its service's next
@@ -208,5 +208,38 @@ func TestSeededWaitsRunningOutChangeNothing(t *testing.T) {
 	}
 	if _, now := r.last(); now != sent {
 		t.Errorf("%d snapshots after the waits ran out, want %d: nothing changed", now, sent)
+	}
+}
+
+// With Serving, a seeded start holds its per-service queries until
+// HAProxy serves: the seed's answer is passed on, nothing more is asked of
+// the agent, and a change made in between is seen once the queries start,
+// by its service's query alone.
+func TestASeededStartWaitsForHAProxyToServe(t *testing.T) {
+	const n = 20
+	agent := testenv.Consul(t)
+	c := agent.Client()
+	populate(t, c, n)
+	serving := make(chan struct{})
+	r := startSource(t, agent.Addr(), Config{seedAt: 1, Serving: serving}, model.LocalCatalog)
+	r.waitFor("every service", func(s model.Snapshot) bool {
+		return s.Local() != nil && s.Local().Len() == n+1
+	})
+	r.steady(watching(0))
+	setCheck(t, c, 3, api.HealthCritical)
+	// Nothing can show the change until the queries start: the held
+	// requests stay those of the service and node lists.
+	r.steady(watching(0))
+	if snap, _ := r.last(); hasStatus(3, api.HealthCritical)(snap) {
+		t.Fatal("the change was seen before HAProxy served")
+	}
+	if got := answered(r); got != seedReads {
+		t.Errorf("%d requests answered before HAProxy served, want the seed's %d", got, seedReads)
+	}
+	close(serving)
+	r.waitFor("the change made while held", hasStatus(3, api.HealthCritical))
+	r.steady(watching(n + 1))
+	if got := answered(r); got != seedReads+1 {
+		t.Errorf("%d requests answered, want %d: the seed's and svc-3's", got, seedReads+1)
 	}
 }
