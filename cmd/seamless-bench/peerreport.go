@@ -115,6 +115,9 @@ func printPeerTable(w io.Writer, o peerOptions, results []peerResult) {
 			if r.tool == toolBuiltin {
 				fmt.Fprintf(w, "; whole catalog served %s after start", r.readyServed.Round(time.Millisecond))
 			}
+			if r.settled > 0 {
+				fmt.Fprintf(w, "; the Consul agent settled %s after start (the changes began then)", r.settled.Round(time.Millisecond))
+			}
 			fmt.Fprintf(w, "; catalog registered in %s, whole catalog in the file %s after start; over %s: requests by path %s; answers %s; "+
 				"%d of %d answers gzip (%d asked for it); headers %.1f KiB; connections to the proxy: %d opened during the changes, at most %d open; "+
 				"tool CPU %s, HAProxy CPU %s (not in the tool's); RSS when loaded %.1f MiB (peak by then %.1f)",

@@ -180,6 +180,24 @@ func peerRow(ctx context.Context, log *slog.Logger, o peerOptions, dir string, d
 	if err := sleepUntil(ctx, time.Now().Add(2*time.Second)); err != nil {
 		return fail(err)
 	}
+	// seamless serves before it watches (its per-service queries wait
+	// for HAProxy), and the agent then sets up a view per query: the
+	// changes measure tools that watch, as consul-template does once it
+	// has rendered.
+	settled, err := settleAgent(ctx, cat.agent.Pid(), settleTimeout)
+	if err != nil {
+		return fail(err)
+	}
+	if settled >= settleTimeout {
+		log.Warn("the Consul agent did not settle; changing anyway", "after", settleTimeout)
+	} else {
+		log.Info("the Consul agent settled", "took", settled.Round(time.Millisecond))
+	}
+	for i, t := range runs {
+		if t != nil {
+			results[i].settled = time.Since(t.started)
+		}
+	}
 	live := func(i int) bool { return runs[i] != nil && results[i].err == nil }
 	before := make([]toolReading, len(runs))
 	for i, t := range runs {
@@ -388,4 +406,32 @@ func servedWhole(ctx context.Context, t *toolRun, l layout, every time.Duration,
 		last = at
 	}
 	return last.Sub(t.started)
+}
+
+// settleTimeout bounds the wait for the Consul agent to settle.
+const settleTimeout = time.Minute
+
+// settleAgent waits, for at most limit, until the Consul agent at pid
+// spends less than a tenth of a core over half a second, and returns how
+// long it waited.
+func settleAgent(ctx context.Context, pid int, limit time.Duration) (time.Duration, error) {
+	const window = 500 * time.Millisecond
+	start := time.Now()
+	for time.Since(start) < limit {
+		before, _, err := procCPU(pid)
+		if err != nil {
+			return 0, err
+		}
+		if err := sleepUntil(ctx, time.Now().Add(window)); err != nil {
+			return 0, err
+		}
+		after, _, err := procCPU(pid)
+		if err != nil {
+			return 0, err
+		}
+		if after-before < window/10 {
+			break
+		}
+	}
+	return time.Since(start), nil
 }
