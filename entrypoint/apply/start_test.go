@@ -65,7 +65,6 @@ func TestTheFirstConfigurationIsCheckedByHAProxyAloneWhenNothingRuns(t *testing.
 		unchecked bool
 		before    string // Path's content before the start; "" none
 		checks    int
-		err       bool
 		file      string
 	}{
 		{name: "nothing before", unchecked: true, checks: 0, file: "frontend http\nserver web 10.0.0.1\n"},
