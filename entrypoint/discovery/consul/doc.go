@@ -48,7 +48,9 @@
 // the streaming view too: measured on 1.14.11) rather than S answers at
 // once. A seeded query's first answer below the dump's index is its wait
 // running out, not a reset. A read afresh (after a failure or a reset)
-// is not seeded.
+// is not seeded. With Config.Serving the seeded queries start only once
+// HAProxy serves: the agent's set-up of a view per query (about 1 ms of
+// CPU each) would otherwise share the machine with HAProxy's first start.
 //
 // Connections: S+2 blocking queries per datacenter for S watched services, each
 // one HTTP/1.1 connection, kept open and reused (the transport keeps that
