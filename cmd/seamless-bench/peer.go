@@ -74,6 +74,7 @@ type peerResult struct {
 	ready                time.Duration // the tool started → the whole catalog in its file
 	readyServed          time.Duration // built-in: the tool started → its first and last service served
 	settled              time.Duration // the tool started → the Consul agent settled, and the changes began
+	unsettled            bool          // the agent did not settle within settleTimeout: the changes began anyway
 	asked                int
 	rendered             []time.Duration // by change seen: write → in the file
 	served               []time.Duration // built-in: write → served

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -359,6 +360,33 @@ func TestALateChangeIsProbedForItsWholeTimeout(t *testing.T) {
 	} {
 		if got := probeDeadline(end, tt.now, time.Minute); !got.Equal(tt.want) {
 			t.Errorf("%s: deadline %s, want %s", tt.name, got.Format(time.TimeOnly), tt.want.Format(time.TimeOnly))
+		}
+	}
+}
+
+// The wait for a settled agent ends once its process is idle, and says so
+// when it never is within the limit: a row must not report a busy agent
+// as settled.
+func TestSettleAgentTellsIdleFromBusy(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		script  string
+		settled bool
+	}{
+		{"idle", "exec sleep 30", true},
+		{"busy", "while :; do :; done", false},
+	} {
+		cmd := exec.Command("sh", "-c", tt.script)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		waited, settled, err := settleAgent(context.Background(), cmd.Process.Pid, 1200*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if settled != tt.settled {
+			t.Errorf("%s process: settled %v after %s, want %v", tt.name, settled, waited.Round(time.Millisecond), tt.settled)
 		}
 	}
 }

@@ -115,7 +115,10 @@ func printPeerTable(w io.Writer, o peerOptions, results []peerResult) {
 			if r.tool == toolBuiltin {
 				fmt.Fprintf(w, "; whole catalog served %s after start", r.readyServed.Round(time.Millisecond))
 			}
-			if r.settled > 0 {
+			switch {
+			case r.unsettled:
+				fmt.Fprintf(w, "; the Consul agent had not settled %s after start (the changes began then)", r.settled.Round(time.Millisecond))
+			case r.settled > 0:
 				fmt.Fprintf(w, "; the Consul agent settled %s after start (the changes began then)", r.settled.Round(time.Millisecond))
 			}
 			fmt.Fprintf(w, "; catalog registered in %s, whole catalog in the file %s after start; over %s: requests by path %s; answers %s; "+

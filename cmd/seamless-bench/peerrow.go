@@ -184,18 +184,18 @@ func peerRow(ctx context.Context, log *slog.Logger, o peerOptions, dir string, d
 	// for HAProxy), and the agent then sets up a view per query: the
 	// changes measure tools that watch, as consul-template does once it
 	// has rendered.
-	settled, err := settleAgent(ctx, cat.agent.Pid(), settleTimeout)
+	waited, settled, err := settleAgent(ctx, cat.agent.Pid(), settleTimeout)
 	if err != nil {
 		return fail(err)
 	}
-	if settled >= settleTimeout {
-		log.Warn("the Consul agent did not settle; changing anyway", "after", settleTimeout)
+	if settled {
+		log.Info("the Consul agent settled", "took", waited.Round(time.Millisecond))
 	} else {
-		log.Info("the Consul agent settled", "took", settled.Round(time.Millisecond))
+		log.Warn("the Consul agent did not settle; changing anyway", "after", waited.Round(time.Millisecond))
 	}
 	for i, t := range runs {
 		if t != nil {
-			results[i].settled = time.Since(t.started)
+			results[i].settled, results[i].unsettled = time.Since(t.started), !settled
 		}
 	}
 	live := func(i int) bool { return runs[i] != nil && results[i].err == nil }
@@ -412,26 +412,26 @@ func servedWhole(ctx context.Context, t *toolRun, l layout, every time.Duration,
 const settleTimeout = time.Minute
 
 // settleAgent waits, for at most limit, until the Consul agent at pid
-// spends less than a tenth of a core over half a second, and returns how
-// long it waited.
-func settleAgent(ctx context.Context, pid int, limit time.Duration) (time.Duration, error) {
+// spends less than a tenth of a core over half a second. It returns how
+// long it waited and whether the agent settled.
+func settleAgent(ctx context.Context, pid int, limit time.Duration) (time.Duration, bool, error) {
 	const window = 500 * time.Millisecond
 	start := time.Now()
 	for time.Since(start) < limit {
 		before, _, err := procCPU(pid)
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		if err := sleepUntil(ctx, time.Now().Add(window)); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		after, _, err := procCPU(pid)
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		if after-before < window/10 {
-			break
+			return time.Since(start), true, nil
 		}
 	}
-	return time.Since(start), nil
+	return time.Since(start), false, nil
 }
