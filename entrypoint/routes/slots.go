@@ -65,11 +65,12 @@ func (t *SlotTable) commit(p slotPlan) {
 }
 
 // slot is one server slot of a backend. It points at its server, one of
-// the service cache's (never written), rather than hold a copy: 16
-// slots of every backend are 32 bytes each, not 144.
+// the service cache's (never written), rather than hold a copy or a key:
+// 16 slots of every backend are 16 bytes each. A draining slot points at
+// the server that left, so its instance and address stay what the slot
+// describes until the drain ends.
 type slot struct {
-	key        string  // the holder's slotKey; "" when free
-	srv        *Server // nil when free
+	srv        *Server // the holder; nil when free
 	drainUntil int64   // Unix nanoseconds; non-zero while a removed instance drains
 }
 
@@ -101,11 +102,11 @@ func planSlots(committed []slot, servers []Server, minSlots int, drain time.Dura
 	held := make([]bool, len(servers)) // by index in servers
 	for i := range slots {
 		sl := slots[i]
-		if sl.key == "" {
+		if sl.srv == nil {
 			continue
 		}
-		if j := find(sl.key); j >= 0 {
-			set(i, slot{key: sl.key, srv: &servers[j]})
+		if j := find(sl.srv); j >= 0 {
+			set(i, slot{srv: &servers[j]})
 			held[j] = true
 			continue
 		}
@@ -127,14 +128,14 @@ func planSlots(committed []slot, servers []Server, minSlots int, drain time.Dura
 			continue
 		}
 		s := &servers[j]
-		i := slices.IndexFunc(slots, func(sl slot) bool { return sl.key == "" })
+		i := slices.IndexFunc(slots, func(sl slot) bool { return sl.srv == nil })
 		if i < 0 {
 			i = len(slots)
 			grown := make([]slot, len(slots)+max(len(slots), 1))
 			copy(grown, slots)
 			slots, owned = grown, true
 		}
-		set(i, slot{key: s.slotKey(), srv: s})
+		set(i, slot{srv: s})
 		held[j] = true
 	}
 	return slots, recheck
@@ -197,32 +198,39 @@ func sameSlice[E any](a, b []E) bool {
 	return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
 }
 
-// slotKey is what holds a slot: the instance at its address. An instance
-// that moves (re-registered at another address or port) takes another
-// slot and its old one drains, rather than the slot's address changing
-// under it: HAProxy keeps sending a kept-alive client's requests over the
-// server connection its session holds for as long as the same server is
-// picked, which would be the old address, maybe an old process still
-// answering, until that connection closed.
-func (s Server) slotKey() string { return s.Instance + "@" + s.Addr() }
+// sameHolder: a and b are the same instance at the same address, what
+// holds a slot. An instance that moves (re-registered at another address
+// or port) takes another slot and its old one drains, rather than the
+// slot's address changing under it: HAProxy keeps sending a kept-alive
+// client's requests over the server connection its session holds for as
+// long as the same server is picked, which would be the old address,
+// maybe an old process still answering, until that connection closed.
+func sameHolder(a, b *Server) bool {
+	return a.Instance == b.Instance && a.Port == b.Port && a.Address == b.Address
+}
 
-// indexServers returns a lookup of a server's index by slot key (-1:
-// none): a scan for the few servers of most backends, a map for many.
-// Instance IDs are unique within a service.
-func indexServers(servers []Server) func(string) int {
+// indexServers returns a lookup of the index in servers of the one that
+// holds the slot srv holds (-1: none): a scan for the few servers of most
+// backends, a map by instance for many. Instance IDs are unique within a
+// service. Neither makes a string: planning every backend at a start made
+// a key for each of its servers twice.
+func indexServers(servers []Server) func(*Server) int {
 	if len(servers) <= 32 {
-		keys := make([]string, len(servers)) // a key is a concatenation: make each once
-		for j, s := range servers {
-			keys[j] = s.slotKey()
+		return func(srv *Server) int {
+			for j := range servers {
+				if sameHolder(&servers[j], srv) {
+					return j
+				}
+			}
+			return -1
 		}
-		return func(id string) int { return slices.Index(keys, id) }
 	}
 	m := make(map[string]int, len(servers))
 	for j, s := range servers {
-		m[s.slotKey()] = j
+		m[s.Instance] = j
 	}
-	return func(id string) int {
-		if j, ok := m[id]; ok {
+	return func(srv *Server) int {
+		if j, ok := m[srv.Instance]; ok && sameHolder(&servers[j], srv) {
 			return j
 		}
 		return -1
@@ -261,7 +269,7 @@ func slotServers(backend string, slots []slot) ([]viewServer, []model.ServerSlot
 	ms := make([]model.ServerSlot, len(slots))
 	for i, sl := range slots {
 		m := model.ServerSlot{Backend: backend, Server: slotName(i), Weight: 1, State: model.SlotMaint}
-		if sl.key != "" {
+		if sl.srv != nil {
 			m.Instance = sl.srv.Instance
 			m.Address, m.Port, m.Weight = sl.srv.Address.Host, sl.srv.Port, sl.srv.Weight
 			m.State = model.SlotReady
