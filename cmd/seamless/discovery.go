@@ -277,6 +277,9 @@ func (d *discovery) run() {
 	go func() { defer close(d.done); d.applier.Run(ctx) }()
 }
 
+// halt ends the applier and the sources without waiting for them.
+func (d *discovery) halt() { d.cancel() }
+
 // stop ends the applier (if run started it) and the sources. serve can
 // return before run, when HAProxy cannot be started.
 func (d *discovery) stop() {

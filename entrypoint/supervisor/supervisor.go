@@ -64,6 +64,10 @@ type Options struct {
 	OnReload func(signal string)
 	// OnReady, when set, is called once the first worker serves.
 	OnReady func()
+	// OnStop, when set, is called once, as a stop begins and before
+	// HAProxy is told to drain: what changes HAProxy's configuration
+	// stops first. It must not block.
+	OnStop func()
 }
 
 // Supervisor runs one HAProxy master.
@@ -156,6 +160,9 @@ func (s *Supervisor) Run(ctx context.Context) int {
 		}
 		s.log.Info("stopping: haproxy stops accepting and lets in-flight requests finish",
 			"why", why, "grace", s.opts.StopGrace)
+		if s.opts.OnStop != nil {
+			s.opts.OnStop()
+		}
 		grace = time.After(s.opts.StopGrace)
 		// A reload in flight is finished, not abandoned: HAProxy would
 		// go on with it regardless, and the soft stop must follow it.
