@@ -30,32 +30,86 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 // writeFileWith is WriteFile with the content written by write, so that
 // a large content need not be held whole in memory first.
 func writeFileWith(path string, perm os.FileMode, write func(io.Writer) error) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	tmp, err := writeTemp(path, perm, write)
 	if err != nil {
 		return err
 	}
-	tmp := f.Name()
 	defer os.Remove(tmp) // after a successful rename this fails harmlessly
-	if err := write(f); err != nil {
-		f.Close()
-		return err
+	return rename(tmp, path)
+}
+
+// writeTemp writes and syncs a file beside path, under a name of its own
+// that it returns.
+func writeTemp(path string, perm os.FileMode, write func(io.Writer) error) (string, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return "", err
 	}
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return err
+	tmp := f.Name()
+	err = write(f)
+	if err == nil {
+		err = f.Chmod(perm)
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
+	if err == nil {
+		err = f.Sync()
 	}
-	if err := f.Close(); err != nil {
-		return err
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
+	if err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	return tmp, nil
+}
+
+// rename gives tmp the name path, for good: the directory is synced.
+func rename(tmp, path string) error {
 	if err := os.Rename(tmp, path); err != nil {
 		return err
 	}
-	return syncDir(dir)
+	return syncDir(filepath.Dir(path))
+}
+
+// stagedFile is a file being written and synced under a temporary name
+// while something else happens, which takes its name only at commit.
+type stagedFile struct {
+	path string
+	done chan struct{}
+	tmp  string // once done
+	err  error  // once done
+}
+
+// stageFile starts writing data for path; call commit or discard. data
+// must not change meanwhile.
+func stageFile(path string, data []byte, perm os.FileMode) *stagedFile {
+	s := &stagedFile{path: path, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		s.tmp, s.err = writeTemp(path, perm, func(w io.Writer) error {
+			_, err := w.Write(data)
+			return err
+		})
+	}()
+	return s
+}
+
+// commit waits for the write and renames the file to its path.
+func (s *stagedFile) commit() error {
+	<-s.done
+	if s.err != nil {
+		return s.err
+	}
+	defer os.Remove(s.tmp) // after a successful rename this fails harmlessly
+	return rename(s.tmp, s.path)
+}
+
+// discard waits for the write and removes what it wrote.
+func (s *stagedFile) discard() {
+	<-s.done
+	if s.err == nil {
+		os.Remove(s.tmp)
+	}
 }
 
 func syncDir(dir string) error {
