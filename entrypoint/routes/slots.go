@@ -209,11 +209,19 @@ func sameHolder(a, b *Server) bool {
 	return a.Instance == b.Instance && a.Port == b.Port && a.Address == b.Address
 }
 
+// holder is what sameHolder compares, as a map key.
+type holder struct {
+	instance string
+	address  Address
+	port     int
+}
+
 // indexServers returns a lookup of the index in servers of the one that
 // holds the slot srv holds (-1: none): a scan for the few servers of most
-// backends, a map by instance for many. Instance IDs are unique within a
-// service. Neither makes a string: planning every backend at a start made
-// a key for each of its servers twice.
+// backends, a map for many. Neither makes a string: planning every
+// backend at a start made a key for each of its servers twice. An
+// instance ID is unique only within its source, so two servers of a
+// backend may share one at different addresses.
 func indexServers(servers []Server) func(*Server) int {
 	if len(servers) <= 32 {
 		return func(srv *Server) int {
@@ -225,12 +233,12 @@ func indexServers(servers []Server) func(*Server) int {
 			return -1
 		}
 	}
-	m := make(map[string]int, len(servers))
+	m := make(map[holder]int, len(servers))
 	for j, s := range servers {
-		m[s.Instance] = j
+		m[holder{s.Instance, s.Address, s.Port}] = j
 	}
 	return func(srv *Server) int {
-		if j, ok := m[srv.Instance]; ok && sameHolder(&servers[j], srv) {
+		if j, ok := m[holder{srv.Instance, srv.Address, srv.Port}]; ok {
 			return j
 		}
 		return -1
