@@ -177,10 +177,7 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 		// worker that soft-stops does not read back as sent, and the
 		// reload it falls back to is refused while stopping, after
 		// seconds of haproxy -c at 10,000 services.
-		opts.OnStop = func() {
-			disc.halt()
-			log.Info("stopping: discovery stopped; changes are no longer applied, the file stays what HAProxy runs")
-		}
+		opts.OnStop = disc.halt
 		ready = sourcesReady(disc.applier.Ready, disc.applier.Statuses)
 		disc.run()
 		if hc != nil {

@@ -185,6 +185,7 @@ func (a *Applier) Run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
+			a.log.Info("discovery stopped: changes are no longer applied")
 			a.saveNow()
 			a.saving.Wait()
 			return
@@ -223,6 +224,9 @@ func (a *Applier) Run(ctx context.Context) {
 // apply renders the current state and makes it run: plan how, execute,
 // record. force reloads even when the bytes are unchanged (SIGHUP).
 func (a *Applier) apply(ctx context.Context, force bool) {
+	if ctx.Err() != nil {
+		return // stopping: a timer that fired with the stop applies nothing
+	}
 	at := attempt{start: time.Now(), why: strings.Join(compact(a.reasons), ", "), force: force}
 	a.reasons = nil
 	// Saved once the change runs (or failed): the save encodes and syncs

@@ -75,11 +75,16 @@ func (a *Applier) runtime(ctx context.Context, rend model.Rendering) error {
 // reloadWith writes and validates the rendering, reloads HAProxy, and
 // puts the previous file back when HAProxy does not take it.
 func (a *Applier) reloadWith(ctx context.Context, at attempt) {
+	if ctx.Err() != nil {
+		return // stopping: no server state to save, no candidate to check
+	}
 	a.saveServerState(ctx, at.rend)
 	previous := a.running
 	if !bytes.Equal(at.rend.Config, a.running) {
 		if err := a.write(ctx, at.rend.Config); err != nil {
-			a.writeFailed(at, err)
+			if ctx.Err() == nil { // stopping cut the check short: no fault of the file
+				a.writeFailed(at, err)
+			}
 			return
 		}
 	}

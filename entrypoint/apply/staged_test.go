@@ -95,9 +95,44 @@ func TestARuntimeChangeWritesTheFileWhileHAProxyTakesIt(t *testing.T) {
 			if m, _ := filepath.Glob(filepath.Join(dir, ".haproxy.cfg.tmp-*")); len(m) > 0 {
 				t.Errorf("left behind: %v", m)
 			}
-			if fail && r.reloadCount() == 0 {
-				t.Error("the change HAProxy did not take was not reloaded")
+			if fail {
+				// The file takes its name before the reload is counted.
+				testenv.Eventually(t, 5*time.Second, "the change HAProxy did not take is reloaded", func() bool {
+					return r.reloadCount() > 0
+				})
 			}
 		})
+	}
+}
+
+// Once discovery is stopped (its context cancelled as HAProxy starts to
+// drain), an apply that a timer still starts does nothing: no candidate
+// written and checked, no server state saved, no retry logged.
+func TestAnApplyAfterTheStopDoesNothing(t *testing.T) {
+	src := newSource("consul")
+	renderer, err := routes.New(slotOptions(routes.NewSlotTable()), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	r := newRig(t, dir, renderer, src)
+	src.ch <- webInstances("w1", "w2")
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	before := r.file(t)
+	checks := r.checkCount()
+	if !r.a.take(webInstances("w1", "w2", "w3", "w4", "w5")) { // outgrows its 4 slots: a reload
+		t.Fatal("the change was not taken")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r.a.apply(ctx, false)
+	if r.file(t) != before || r.checkCount() != checks || r.reloadCount() != 0 {
+		t.Errorf("after the stop: file changed %v, %d checks, %d reloads", r.file(t) != before,
+			r.checkCount()-checks, r.reloadCount())
+	}
+	if _, err := os.Stat(r.path + ".new"); err == nil {
+		t.Error("a candidate was written after the stop")
 	}
 }
