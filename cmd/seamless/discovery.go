@@ -143,7 +143,7 @@ func rendererFactory(cfg *config.Config, https httpsFiles, reg prometheus.Regist
 	}
 	return func() (model.Renderer, error) {
 		return routes.New(routes.Options{HTTPBind: cfg.HTTPBind, StatsBind: cfg.StatsBind, StatusAddr: cfg.StatusAddr, DebugAddr: cfg.DebugAddr, Health: health,
-			Slots: cfg.ServerSlots, NoHealthChecks: !cfg.HealthChecks, PassiveChecks: cfg.PassiveChecks, DrainTimeout: cfg.DrainTimeout, StateFile: serverStateFile(cfg), Table: table,
+			Slots: cfg.ServerSlots, NoHealthChecks: !cfg.HealthChecks, PassiveChecks: cfg.PassiveChecks, DrainTimeout: cfg.DrainTimeout, StateFile: serverStateFile(cfg), HostMapDir: cfg.StateDir, Table: table,
 			Sources: cfg.SourceList(), Refusals: refusals, HTTPSBind: httpsBind, CrtList: https.crtList,
 			ACMEMap: https.acmeMap, Hosts: https.hosts}, log)
 	}

@@ -101,8 +101,15 @@ func get(addr, host, path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// TestEndToEnd routes with a rule per host, and with the exact hosts in
+// a map (hostmap.go), which must route alike.
 func TestEndToEnd(t *testing.T) {
 	testenv.HAProxy(t) // skip before starting anything when it is missing
+	t.Run("rules", func(t *testing.T) { endToEnd(t, false) })
+	t.Run("hosts map", func(t *testing.T) { endToEnd(t, true) })
+}
+
+func endToEnd(t *testing.T, mapped bool) {
 	httpPort, statsPort, tcpPort := testenv.FreePort(t), testenv.FreePort(t), testenv.FreePort(t)
 	for httpPort == statsPort || tcpPort == httpPort || tcpPort == statsPort {
 		statsPort, tcpPort = testenv.FreePort(t), testenv.FreePort(t)
@@ -130,10 +137,18 @@ func TestEndToEnd(t *testing.T) {
 	echoAddr, echoPort := echoServer(t)
 	insts = append(insts, inst("echo", "echo1", echoAddr, echoPort, "seamless.tcp.port="+strconv.Itoa(tcpPort)))
 
-	r := mustNew(t, Options{HTTPBind: testenv.Addr(httpPort), StatsBind: testenv.Addr(statsPort)})
+	o := Options{HTTPBind: testenv.Addr(httpPort), StatsBind: testenv.Addr(statsPort)}
+	if mapped {
+		o.HostMapDir, o.hostMapMin = t.TempDir(), 1
+	}
+	r := mustNew(t, o)
 	out := render(t, r, catalog(insts...))
 	if len(out.Skipped) != 3 { // aaa's conflict; admin's tag, and admin not routed
 		t.Fatalf("skipped: %q", out.Skipped)
+	}
+	if got := strings.Contains(string(out.Config), "map_str("); got != mapped ||
+		mapped && strings.Contains(string(out.Config), "-m str web.test }\n") {
+		t.Fatalf("hosts map: %v, want %v:\n%s", got, mapped, out.Config)
 	}
 	haproxyCheck(t, out.Config)
 	startHAProxy(t, out.Config)

@@ -79,6 +79,11 @@ type Options struct {
 	// StateFile, when set, is HAProxy's server-state-file: the runtime
 	// state saved before a reload is loaded by the new worker.
 	StateFile string
+	// HostMapDir, when set, is where the exact hosts are written as a map
+	// for HAProxy to look up, once there are many (hostmap.go); map files
+	// of configurations HAProxy no longer runs are removed there.
+	HostMapDir string
+	hostMapMin int // 0: hostMapMin; tests set it lower
 	// Table keeps slot assignments across renderers; nil: a new one.
 	Table *SlotTable
 	// Sources lists the sources by precedence (SEAMLESS_SOURCES): a route

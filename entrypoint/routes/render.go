@@ -1,12 +1,14 @@
 package routes
 
 import (
+	"cmp"
 	_ "embed"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
 	"net"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -34,6 +36,10 @@ type Renderer struct {
 	passive   bool
 	drain     time.Duration
 	stateFile string
+	mapDir    string // "": no hosts map (hostmap.go)
+	mapMin    int
+	mapKept   string // the map the last commit kept
+	mapSwept  bool   // a commit removed the maps but mapKept
 	table     *SlotTable
 	refusals  *Refusals
 	frags     fragments    // the backends' text by their inputs
@@ -82,10 +88,17 @@ func New(opts Options, log *slog.Logger) (*Renderer, error) {
 		passive:   opts.PassiveChecks,
 		drain:     opts.DrainTimeout,
 		stateFile: opts.StateFile,
+		mapDir:    opts.HostMapDir,
+		mapMin:    cmp.Or(opts.hostMapMin, hostMapMin),
 		table:     opts.Table,
 		refusals:  opts.Refusals,
 		now:       opts.Now,
 		log:       log.With("component", "routes"),
+	}
+	if r.mapDir != "" && !fileRe.MatchString(filepath.Join(r.mapDir, "hosts-0123456789abcdef.map")) {
+		log.Warn("the hosts map is not used: its directory's name has characters the configuration does not take; every host gets a rule",
+			"dir", r.mapDir)
+		r.mapDir = ""
 	}
 	if r.table == nil {
 		r.table = NewSlotTable()
@@ -112,8 +125,24 @@ func (r *Renderer) Render(st model.State) (model.Rendering, error) {
 	if err != nil || out.Config == nil {
 		return out, err
 	}
-	out.Commit = func() { r.commit(plan, skipped); r.http.tls.commitHosts(out.Routes) }
+	var mapPath string
+	if m := r.shaped.hostMap; m != nil {
+		mapPath = m.path
+	}
+	out.Commit = func() { r.commit(plan, skipped); r.keepMap(mapPath); r.http.tls.commitHosts(out.Routes) }
 	return out, nil
+}
+
+// keepMap removes the hosts maps but path, which HAProxy now reads ("":
+// none), unless the last commit did: at the first commit, those an
+// earlier run left, and then each time the map changes.
+func (r *Renderer) keepMap(path string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mapDir != "" && (!r.mapSwept || path != r.mapKept) {
+		removeHostMaps(r.mapDir, path)
+		r.mapKept, r.mapSwept = path, true
+	}
 }
 
 func (r *Renderer) commit(plan slotPlan, skipped []Skip) {
@@ -150,6 +179,13 @@ func (r *Renderer) render(st model.State) (model.Rendering, slotPlan, []Skip, er
 	}
 	if err := r.fitFDs(v); err != nil {
 		return out, slotPlan{}, nil, err
+	}
+	if m := r.shaped.hostMap; m != nil {
+		// Before the configuration that names it is written. A file
+		// of its name holds its content: writing changes nothing.
+		if err := m.write(); err != nil {
+			return out, slotPlan{}, nil, err
+		}
 	}
 	config, structure, err := r.frags.execute(v)
 	if err != nil {
@@ -202,6 +238,7 @@ type viewRule struct {
 	HostMatch string // "str" or "end"; "" with Host ""
 	Host      string // "a.example", ".example" (a wildcard's suffix) or ""
 	Path      string // "/api/" (the prefix and a slash) or "" for "/"
+	Map       string // set alone: look the host up in this map (hostmap.go)
 }
 
 type viewListener struct{ Name, Bind, Backend string }

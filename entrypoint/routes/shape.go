@@ -13,6 +13,7 @@ import (
 type shapedView struct {
 	shape     *assembly // nil: made for routes without one, not kept
 	rules     []viewRule
+	hostMap   *hostMap // nil: every host has its rule
 	def       string
 	listeners []viewListener
 	https     viewHTTPS
@@ -47,6 +48,9 @@ func (r *Renderer) shape(rt Routes) {
 			errs = append(errs, r.checked.check("path", pathRe, vr.Path))
 		}
 		sv.rules = append(sv.rules, vr)
+	}
+	if sv.rules, sv.hostMap = mapHosts(sv.rules, r.mapDir, r.mapMin); sv.hostMap != nil {
+		errs = append(errs, r.checked.check("hosts map", fileRe, sv.hostMap.path))
 	}
 	var v view
 	errs = append(errs, v.setHTTPS(r.http, rt))
