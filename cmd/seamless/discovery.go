@@ -116,8 +116,9 @@ func watchedServices(cfg *config.Config) func(string) bool {
 // rendererFactory returns what builds the renderer: the user's template,
 // parsed again at every call (SIGHUP) and recorded in cur, or the built-in
 // one, whose HTTPS frontend binds with https's files (crt-list "": no
-// HTTPS frontend).
-func rendererFactory(cfg *config.Config, https httpsFiles, reg prometheus.Registerer, log *slog.Logger, cur *currentTemplate) func() (model.Renderer, error) {
+// HTTPS frontend), and whose hosts map goes to mapDir (none when "": a
+// rule per host).
+func rendererFactory(cfg *config.Config, mapDir string, https httpsFiles, reg prometheus.Registerer, log *slog.Logger, cur *currentTemplate) func() (model.Renderer, error) {
 	health := model.ParseHealth(cfg.ConsulHealth)
 	table := routes.NewSlotTable() // outlives the renderers SIGHUP makes
 	refusals := routes.NewRefusals()
@@ -143,7 +144,7 @@ func rendererFactory(cfg *config.Config, https httpsFiles, reg prometheus.Regist
 	}
 	return func() (model.Renderer, error) {
 		return routes.New(routes.Options{HTTPBind: cfg.HTTPBind, StatsBind: cfg.StatsBind, StatusAddr: cfg.StatusAddr, DebugAddr: cfg.DebugAddr, Health: health,
-			Slots: cfg.ServerSlots, NoHealthChecks: !cfg.HealthChecks, PassiveChecks: cfg.PassiveChecks, DrainTimeout: cfg.DrainTimeout, StateFile: serverStateFile(cfg), HostMapDir: cfg.StateDir, Table: table,
+			Slots: cfg.ServerSlots, NoHealthChecks: !cfg.HealthChecks, PassiveChecks: cfg.PassiveChecks, DrainTimeout: cfg.DrainTimeout, StateFile: serverStateFile(cfg), HostMapDir: mapDir, Table: table,
 			Sources: cfg.SourceList(), Refusals: refusals, HTTPSBind: httpsBind, CrtList: https.crtList,
 			ACMEMap: https.acmeMap, Hosts: https.hosts}, log)
 	}
@@ -191,7 +192,7 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 	cur := &currentTemplate{}
 	opts := apply.Options{
 		Sources:      sources,
-		NewRenderer:  rendererFactory(cfg, httpsFilesAt(cfg, cfg.StateDir, hosts), m.Registry, log, cur),
+		NewRenderer:  rendererFactory(cfg, cfg.StateDir, httpsFilesAt(cfg, cfg.StateDir, hosts), m.Registry, log, cur),
 		Path:         cl.ConfigFiles[0],
 		StateDir:     cfg.StateDir,
 		Wait:         cfg.Wait,
@@ -354,9 +355,15 @@ func render(ctx context.Context, cfg *config.Config, bin string, args []string, 
 		certsAt = dir
 	}
 	cur := &currentTemplate{}
+	// A check's hosts map goes to dir; a printed configuration has a rule
+	// per host instead, which routes alike and names no file.
+	mapDir := ""
+	if validate {
+		mapDir = dir
+	}
 	// The saved snapshots of a running seamless are read, never written.
 	a, err := apply.New(apply.Options{
-		Sources: sources, NewRenderer: rendererFactory(cfg, httpsFilesAt(cfg, certsAt, nil), nil, log, cur),
+		Sources: sources, NewRenderer: rendererFactory(cfg, mapDir, httpsFilesAt(cfg, certsAt, nil), nil, log, cur),
 		Path: filepath.Join(dir, renderedName), StateDir: cfg.StateDir, ReadOnly: true,
 		StartTimeout: cfg.DiscoveryTimeout,
 		Validate:     func(context.Context, string) error { return nil },
@@ -389,9 +396,11 @@ func render(ctx context.Context, cfg *config.Config, bin string, args []string, 
 		return 0
 	}
 	path := filepath.Join(dir, renderedName)
-	if err := os.WriteFile(path, rend.Config, 0o640); err != nil {
-		fmt.Fprintf(stderr, "seamless check: %v\n", err)
-		return exitNoRun
+	for _, f := range append(rend.Files, model.File{Path: path, Data: rend.Config}) {
+		if err := os.WriteFile(f.Path, f.Data, 0o640); err != nil {
+			fmt.Fprintf(stderr, "seamless check: %v\n", err)
+			return exitNoRun
+		}
 	}
 	cl, err := haproxy.ParseCommandLine(args, filepath.Join(dir, "master.sock"))
 	if err != nil {

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -67,4 +69,42 @@ func TestManyHostsRouteThroughTheHostsMap(t *testing.T) {
 		m := maps()
 		return len(m) == 1 && m[0] != first[0]
 	})
+}
+
+// `seamless render` and `seamless check` with as many hosts: render prints
+// a rule per host (it names no file, and writes nothing into a running
+// seamless's state), check validates the map in a directory of its own.
+func TestRenderAndCheckWithManyHosts(t *testing.T) {
+	testenv.HAProxy(t)
+	dir := t.TempDir()
+	for s := range 70 {
+		writeAtomic(t, filepath.Join(dir, fmt.Sprintf("svc%02d.yaml", s)),
+			fmt.Sprintf("name: svc%02d\ntags: [\"seamless.http.host=svc%02d.test\"]\ninstances:\n  - address: 127.0.0.1\n    port: %d\n", s, s, 9000+s))
+	}
+	state := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(state, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(cmd string) (string, string, error) {
+		c := exec.Command(seamlessBin, cmd)
+		c.Env = append(os.Environ(), "SEAMLESS_SOURCES=file", "SEAMLESS_SERVICES_DIR="+dir,
+			"SEAMLESS_STATE_DIR="+state, "SEAMLESS_HTTP_BIND=127.0.0.1:5001")
+		var stdout, stderr bytes.Buffer
+		c.Stdout, c.Stderr = &stdout, &stderr
+		err := c.Run()
+		return stdout.String(), stderr.String(), err
+	}
+	out, errOut, err := run("render")
+	if err != nil {
+		t.Fatalf("render: %v\n%s", err, errOut)
+	}
+	if strings.Contains(out, "map_str(") || !strings.Contains(out, "-m str svc69.test }") {
+		t.Errorf("render does not print a rule per host:\n%s", out)
+	}
+	if _, errOut, err := run("check"); err != nil {
+		t.Fatalf("check: %v\n%s", err, errOut)
+	}
+	if entries, _ := os.ReadDir(state); len(entries) != 0 {
+		t.Errorf("render or check wrote into SEAMLESS_STATE_DIR: %v", entries)
+	}
 }

@@ -81,7 +81,7 @@ func (a *Applier) reloadWith(ctx context.Context, at attempt) {
 	a.saveServerState(ctx, at.rend)
 	previous := a.running
 	if !bytes.Equal(at.rend.Config, a.running) {
-		if err := a.write(ctx, at.rend.Config); err != nil {
+		if err := a.write(ctx, at.rend.Config, at.rend.Files); err != nil {
 			if ctx.Err() == nil { // stopping cut the check short: no fault of the file
 				a.writeFailed(at, err)
 			}
@@ -198,15 +198,18 @@ func (a *Applier) retryLater(why, change string, start time.Time, err error) {
 	a.log.Error(msg, "why", why, "change", change, "retry_in", a.backoff, "err", err)
 }
 
-// write validates data as a candidate beside Path and renames it into
-// place; Path is untouched when validation fails. Failures of the disk
-// are *WriteError.
-func (a *Applier) write(ctx context.Context, data []byte) error {
-	return a.writeChecked(ctx, data, true)
+// write writes the files data names, then validates data as a candidate
+// beside Path and renames it into place; Path is untouched when
+// validation fails. Failures of the disk are *WriteError.
+func (a *Applier) write(ctx context.Context, data []byte, files []model.File) error {
+	return a.writeChecked(ctx, data, files, true)
 }
 
 // writeChecked is write, without the validation when check is false.
-func (a *Applier) writeChecked(ctx context.Context, data []byte, check bool) error {
+func (a *Applier) writeChecked(ctx context.Context, data []byte, files []model.File, check bool) error {
+	if err := writeFiles(files); err != nil {
+		return err
+	}
 	cand := a.opts.Path + ".new"
 	if err := WriteFile(cand, data, 0o640); err != nil {
 		return &WriteError{Path: cand, Err: err}
@@ -223,5 +226,21 @@ func (a *Applier) writeChecked(ctx context.Context, data []byte, check bool) err
 		return &WriteError{Path: filepath.Dir(a.opts.Path), Err: err}
 	}
 	a.running, a.backoff = data, 0
+	return nil
+}
+
+// writeFiles writes and syncs each file whose content differs from what
+// its path holds: a file's name holds a digest of its content, so most
+// are there already. Failures are *WriteError, retried like the
+// configuration's.
+func writeFiles(files []model.File) error {
+	for _, f := range files {
+		if old, err := os.ReadFile(f.Path); err == nil && bytes.Equal(old, f.Data) {
+			continue
+		}
+		if err := WriteFile(f.Path, f.Data, 0o640); err != nil {
+			return &WriteError{Path: f.Path, Err: err}
+		}
+	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/seamless-lb/seamless/entrypoint/metrics"
+	"github.com/seamless-lb/seamless/entrypoint/model"
 	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
@@ -120,10 +121,45 @@ func TestWriteRetriesBackOff(t *testing.T) {
 	if n := testutil.ToFloat64(r.m.ConfigWriteErrors); n != 7 {
 		t.Errorf("%v write errors counted, want 7", n)
 	}
-	if err := r.a.write(context.Background(), []byte("server a 10.0.0.1\n")); err != nil {
+	if err := r.a.write(context.Background(), []byte("server a 10.0.0.1\n"), nil); err != nil {
 		t.Fatal(err)
 	}
 	if r.a.backoff != 0 {
 		t.Errorf("delay %s after a successful write, want reset", r.a.backoff)
+	}
+}
+
+// The files a configuration names (the built-in template's hosts map) are
+// on disk, with their content, before the candidate is checked; one that
+// cannot be written is a fault of the disk, retried like the
+// configuration's, and the configuration is not written.
+func TestTheFilesAConfigurationNamesAreWrittenFirst(t *testing.T) {
+	dir := t.TempDir()
+	r := newRig(t, dir, lines{})
+	m := model.File{Path: filepath.Join(dir, "hosts-1.map"), Data: []byte("a.example http-a\n")}
+	if err := os.WriteFile(m.Path, []byte("stale\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	seen := ""
+	r.a.opts.Validate = func(_ context.Context, path string) error {
+		b, err := os.ReadFile(m.Path)
+		seen = string(b)
+		return err
+	}
+	if err := r.a.write(context.Background(), []byte("use the map\n"), []model.File{m}); err != nil {
+		t.Fatal(err)
+	}
+	if seen != string(m.Data) {
+		t.Errorf("the check saw the map hold %q, want %q", seen, m.Data)
+	}
+
+	bad := model.File{Path: filepath.Join(dir, "missing", "hosts-2.map"), Data: []byte("b.example http-b\n")}
+	err := r.a.write(context.Background(), []byte("use another map\n"), []model.File{bad})
+	var we *WriteError
+	if !errors.As(err, &we) || we.Path != bad.Path {
+		t.Fatalf("a map that cannot be written: %v, want a WriteError naming it", err)
+	}
+	if r.file(t) != "use the map\n" {
+		t.Errorf("the configuration was written without its map: %q", r.file(t))
 	}
 }

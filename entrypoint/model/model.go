@@ -252,6 +252,11 @@ type Reporter interface {
 // Rendering is what rendering a State produced.
 type Rendering struct {
 	Config []byte
+	// Files are written before Config, which names them (the built-in
+	// template's hosts map). A file's name holds a digest of its content,
+	// so one written never changes: the configuration that names it,
+	// and only that one, reads it.
+	Files []File
 	// Queries is everything the template asked for; Missing, those of
 	// them that have no answer yet. A rendering with Missing is not
 	// applied.
@@ -282,6 +287,12 @@ type Rendering struct {
 	// moves only then, so a rendering HAProxy refused leaves no trace.
 	// Nil for renderers that keep nothing.
 	Commit func()
+}
+
+// File is a file a configuration names, by its absolute path.
+type File struct {
+	Path string
+	Data []byte
 }
 
 // Route is where the built-in template sends traffic, for /status.

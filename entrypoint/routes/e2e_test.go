@@ -146,6 +146,11 @@ func endToEnd(t *testing.T, mapped bool) {
 	if len(out.Skipped) != 3 { // aaa's conflict; admin's tag, and admin not routed
 		t.Fatalf("skipped: %q", out.Skipped)
 	}
+	for _, f := range out.Files { // as the applier does
+		if err := os.WriteFile(f.Path, f.Data, 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if got := strings.Contains(string(out.Config), "map_str("); got != mapped ||
 		mapped && strings.Contains(string(out.Config), "-m str web.test }\n") {
 		t.Fatalf("hosts map: %v, want %v:\n%s", got, mapped, out.Config)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"os"
 	"path/filepath"
 )
@@ -23,9 +22,10 @@ import (
 // stay readable in the configuration.
 const hostMapMin = 64
 
-// hostMap is a map file of exact hosts to their backends. Its name holds
-// a digest of its content, so that a file once written never changes:
-// the configuration that names it, and only that one, reads it.
+// hostMap is a map file of exact hosts to their backends, which the
+// rendering hands the applier to write (model.Rendering.Files). Its name
+// holds a digest of its content, so that a file once written never
+// changes: the configuration that names it, and only that one, reads it.
 type hostMap struct {
 	path string
 	text []byte
@@ -61,55 +61,18 @@ func mapHosts(rules []viewRule, dir string, min int) ([]viewRule, *hostMap) {
 		at = len(kept)
 	}
 	sum := sha256.Sum256(text.Bytes())
-	m := &hostMap{path: filepath.Join(dir, "hosts-"+hex.EncodeToString(sum[:8])+".map"), text: text.Bytes()}
+	m := &hostMap{path: filepath.Join(dir, "hosts-"+hex.EncodeToString(sum[:16])+".map"), text: text.Bytes()}
 	kept = append(kept[:at], append([]viewRule{{Map: m.path}}, kept[at:]...)...)
 	return kept, m
 }
 
-// write writes the map unless it exists: a file of that name holds that
-// content. It is synced before the configuration that names it is
-// written.
-func (m *hostMap) write() error {
-	if _, err := os.Stat(m.path); err == nil {
-		return nil
-	}
-	f, err := os.CreateTemp(filepath.Dir(m.path), ".hosts-*.tmp")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // after the rename this fails harmlessly
-	_, err = f.Write(m.text)
-	if err == nil {
-		err = f.Chmod(0o640)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, m.path)
-	}
-	if err == nil {
-		var d *os.File
-		if d, err = os.Open(filepath.Dir(m.path)); err == nil {
-			err = d.Sync()
-			d.Close()
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("cannot write the hosts map %s: %w", m.path, err)
-	}
-	return nil
-}
-
-// removeHostMaps removes the map files in dir but keep (none when ""):
-// once HAProxy runs a configuration, no other reads them.
+// removeHostMaps removes the map files in dir but keep (none when ""),
+// and what an interrupted write of one left: once HAProxy runs a
+// configuration, no other reads them.
 func removeHostMaps(dir, keep string) {
 	old, _ := filepath.Glob(filepath.Join(dir, "hosts-*.map"))
-	for _, p := range old {
+	tmp, _ := filepath.Glob(filepath.Join(dir, ".hosts-*.map.tmp-*"))
+	for _, p := range append(old, tmp...) {
 		if p != keep {
 			os.Remove(p)
 		}

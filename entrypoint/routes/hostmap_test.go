@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 // Past hostMapMin exact hosts routed whole, they are looked up in a map
 // file, in the place their rules had: after the path rules of exact
 // hosts, before wildcards and paths for any host. Fewer keep a rule each.
+// The rendering hands the file to the applier to write; it writes none.
 func TestManyExactHostsAreLookedUpInAMap(t *testing.T) {
 	dir := t.TempDir()
 	var insts []model.Instance
@@ -28,17 +30,16 @@ func TestManyExactHostsAreLookedUpInAMap(t *testing.T) {
 	out := render(t, r, catalog(insts...))
 	cfg := string(out.Config)
 
-	maps, _ := filepath.Glob(filepath.Join(dir, "hosts-*.map"))
-	if len(maps) != 1 {
-		t.Fatalf("map files: %v, want one", maps)
+	if len(out.Files) != 1 || filepath.Dir(out.Files[0].Path) != dir {
+		t.Fatalf("files: %+v, want one map in %s", out.Files, dir)
 	}
-	text, err := os.ReadFile(maps[0])
-	if err != nil {
-		t.Fatal(err)
+	if written, _ := os.ReadDir(dir); len(written) != 0 {
+		t.Errorf("the renderer wrote %d files", len(written))
 	}
-	if lines := strings.Split(strings.TrimSpace(string(text)), "\n"); len(lines) != hostMapMin ||
+	m := out.Files[0]
+	if lines := strings.Split(strings.TrimSpace(string(m.Data)), "\n"); len(lines) != hostMapMin ||
 		lines[0] != "h00.example http-svc00" || lines[hostMapMin-1] != fmt.Sprintf("h%02d.example http-svc%02d", hostMapMin-1, hostMapMin-1) {
-		t.Errorf("map:\n%s", text)
+		t.Errorf("map:\n%s", m.Data)
 	}
 	at := func(s string) int {
 		i := strings.Index(cfg, s)
@@ -47,7 +48,7 @@ func TestManyExactHostsAreLookedUpInAMap(t *testing.T) {
 		}
 		return i
 	}
-	path, lookup, wildcard, static := at("{ var(txn.path) -m beg /api/ }"), at("map_str("+maps[0]+")"),
+	path, lookup, wildcard, static := at("{ var(txn.path) -m beg /api/ }"), at("map_str("+m.Path+")"),
 		at("-m end .apps.example }"), at("use_backend http-static if { var(txn.path) -m beg /static/ }")
 	if !(path < lookup && lookup < wildcard && wildcard < static) {
 		t.Errorf("rules out of order: path %d, map %d, wildcard %d, any host %d", path, lookup, wildcard, static)
@@ -56,24 +57,25 @@ func TestManyExactHostsAreLookedUpInAMap(t *testing.T) {
 		t.Error("a host of the map still has a rule")
 	}
 
-	t.Log("one host fewer than hostMapMin: a rule each, and the map is removed once that runs")
+	t.Log("one host fewer than hostMapMin: a rule each, and no file")
 	few := render(t, r, catalog(insts[1:]...))
-	if strings.Contains(string(few.Config), "map_str(") || !strings.Contains(string(few.Config), "-m str h05.example }") {
-		t.Errorf("below hostMapMin:\n%s", few.Config)
-	}
-	if left, _ := filepath.Glob(filepath.Join(dir, "hosts-*.map")); len(left) != 0 {
-		t.Errorf("maps left once no configuration names one: %v", left)
+	if strings.Contains(string(few.Config), "map_str(") || !strings.Contains(string(few.Config), "-m str h05.example }") ||
+		len(few.Files) != 0 {
+		t.Errorf("below hostMapMin (%d files):\n%s", len(few.Files), few.Config)
 	}
 }
 
-// A map's name holds its content's digest: another set of hosts is
-// another file, and a commit removes every map but its own, also those
-// an earlier run left.
+// A commit (HAProxy runs the rendering) removes every map but its own:
+// those an earlier run left, those of renderings HAProxy did not take, and
+// what an interrupted write left.
 func TestACommitKeepsOnlyItsHostsMap(t *testing.T) {
 	dir := t.TempDir()
-	stale := filepath.Join(dir, "hosts-00000000000000ff.map")
-	if err := os.WriteFile(stale, []byte("old.example http-old\n"), 0o640); err != nil {
-		t.Fatal(err)
+	left := []string{filepath.Join(dir, "hosts-00000000000000000000000000000000.map"),
+		filepath.Join(dir, ".hosts-00000000000000000000000000000001.map.tmp-123")}
+	for _, p := range append(left, filepath.Join(dir, "server-state")) {
+		if err := os.WriteFile(p, []byte("x\n"), 0o640); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var insts []model.Instance
 	for i := range 3 {
@@ -81,21 +83,41 @@ func TestACommitKeepsOnlyItsHostsMap(t *testing.T) {
 			fmt.Sprintf("seamless.http.host=h%d.example", i)))
 	}
 	r := mustNew(t, Options{HTTPBind: "127.0.0.1:18080", HostMapDir: dir, hostMapMin: 2})
-	uncommitted, err := r.Render(catalog(insts...))
-	if err != nil {
-		t.Fatal(err)
+	apply := func(c model.State) string { // as the applier does: write, then commit
+		t.Helper()
+		out, err := r.Render(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.Files) != 1 {
+			t.Fatalf("files: %+v", out.Files)
+		}
+		if err := os.WriteFile(out.Files[0].Path, out.Files[0].Data, 0o640); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range left {
+			if _, err := os.Stat(p); err != nil {
+				t.Fatalf("a rendering not yet committed removed %s", p)
+			}
+		}
+		out.Commit()
+		return out.Files[0].Path
 	}
-	if _, err := os.Stat(stale); err != nil {
-		t.Fatal("a rendering not yet committed removed a map")
+	files := func() []string {
+		var names []string
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			names = append(names, filepath.Join(dir, e.Name()))
+		}
+		return names
 	}
-	uncommitted.Commit()
-	first, _ := filepath.Glob(filepath.Join(dir, "hosts-*.map"))
-	if len(first) != 1 || first[0] == stale {
-		t.Fatalf("after the first commit: %v", first)
+	first := apply(catalog(insts...))
+	if got := files(); !slices.Equal(got, []string{first, filepath.Join(dir, "server-state")}) {
+		t.Fatalf("after the first commit: %v", got)
 	}
-	render(t, r, catalog(insts[1:]...))
-	second, _ := filepath.Glob(filepath.Join(dir, "hosts-*.map"))
-	if len(second) != 1 || second[0] == first[0] {
-		t.Fatalf("after a commit with other hosts: %v (first %v)", second, first)
+	left = append(left[:0], first)
+	second := apply(catalog(insts[1:]...))
+	if got := files(); second == first || !slices.Equal(got, []string{second, filepath.Join(dir, "server-state")}) {
+		t.Fatalf("after a commit with other hosts: %v", got)
 	}
 }

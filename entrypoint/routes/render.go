@@ -38,8 +38,6 @@ type Renderer struct {
 	stateFile string
 	mapDir    string // "": no hosts map (hostmap.go)
 	mapMin    int
-	mapKept   string // the map the last commit kept
-	mapSwept  bool   // a commit removed the maps but mapKept
 	table     *SlotTable
 	refusals  *Refusals
 	frags     fragments    // the backends' text by their inputs
@@ -95,7 +93,7 @@ func New(opts Options, log *slog.Logger) (*Renderer, error) {
 		now:       opts.Now,
 		log:       log.With("component", "routes"),
 	}
-	if r.mapDir != "" && !fileRe.MatchString(filepath.Join(r.mapDir, "hosts-0123456789abcdef.map")) {
+	if r.mapDir != "" && !fileRe.MatchString(filepath.Join(r.mapDir, "hosts-0123456789abcdef0123456789abcdef.map")) {
 		log.Warn("the hosts map is not used: its directory's name has characters the configuration does not take; every host gets a rule",
 			"dir", r.mapDir)
 		r.mapDir = ""
@@ -126,22 +124,19 @@ func (r *Renderer) Render(st model.State) (model.Rendering, error) {
 		return out, err
 	}
 	var mapPath string
-	if m := r.shaped.hostMap; m != nil {
-		mapPath = m.path
+	if len(out.Files) > 0 {
+		mapPath = out.Files[0].Path
 	}
 	out.Commit = func() { r.commit(plan, skipped); r.keepMap(mapPath); r.http.tls.commitHosts(out.Routes) }
 	return out, nil
 }
 
 // keepMap removes the hosts maps but path, which HAProxy now reads ("":
-// none), unless the last commit did: at the first commit, those an
-// earlier run left, and then each time the map changes.
+// none): those an earlier run left, and those of renderings HAProxy did
+// not take. A listing of the state directory per commit.
 func (r *Renderer) keepMap(path string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.mapDir != "" && (!r.mapSwept || path != r.mapKept) {
+	if r.mapDir != "" {
 		removeHostMaps(r.mapDir, path)
-		r.mapKept, r.mapSwept = path, true
 	}
 }
 
@@ -181,11 +176,7 @@ func (r *Renderer) render(st model.State) (model.Rendering, slotPlan, []Skip, er
 		return out, slotPlan{}, nil, err
 	}
 	if m := r.shaped.hostMap; m != nil {
-		// Before the configuration that names it is written. A file
-		// of its name holds its content: writing changes nothing.
-		if err := m.write(); err != nil {
-			return out, slotPlan{}, nil, err
-		}
+		out.Files = []model.File{{Path: m.path, Data: m.text}}
 	}
 	config, structure, err := r.frags.execute(v)
 	if err != nil {
