@@ -3,15 +3,19 @@ package apply
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/seamless-lb/seamless/entrypoint/haproxy"
 	"github.com/seamless-lb/seamless/entrypoint/metrics"
 	"github.com/seamless-lb/seamless/entrypoint/model"
+	"github.com/seamless-lb/seamless/entrypoint/routes"
 	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
@@ -162,4 +166,54 @@ func TestTheFilesAConfigurationNamesAreWrittenFirst(t *testing.T) {
 	if r.file(t) != "use the map\n" {
 		t.Errorf("the configuration was written without its map: %q", r.file(t))
 	}
+}
+
+// The hosts map of the configuration HAProxy runs outlives a candidate
+// that HAProxy refuses (the file is back to what runs, and names it);
+// the refused candidate's map goes once HAProxy takes another.
+func TestARefusedReloadKeepsTheHostsMapThatRuns(t *testing.T) {
+	dir := t.TempDir()
+	hosts := func(n int) model.Snapshot {
+		c := &model.Catalog{}
+		for i := range n {
+			c.Instances = append(c.Instances, model.Instance{Source: "consul", Name: fmt.Sprintf("svc%03d", i),
+				ID: "i1", Node: "n1", Address: "10.0.0.1", Port: 8000 + i, Status: model.StatusPassing,
+				Tags: []string{fmt.Sprintf("seamless.http.host=h%03d.example", i)}})
+		}
+		return model.Snapshot{Source: "consul", Results: map[model.Query]model.Result{model.LocalCatalog: {Catalog: c}}}
+	}
+	renderer, err := routes.New(routes.Options{HTTPBind: "127.0.0.1:18080", HostMapDir: dir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := newSource("consul")
+	r := newRig(t, dir, renderer, src)
+	maps := func() []string {
+		m, _ := filepath.Glob(filepath.Join(dir, "hosts-*.map"))
+		return m
+	}
+	src.ch <- hosts(70)
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	running := maps()
+	if len(running) != 1 || !strings.Contains(r.file(t), running[0]) {
+		t.Fatalf("maps %v for the first configuration", running)
+	}
+	r.a.opts.Validate = func(context.Context, string) error {
+		return &haproxy.ConfigError{Alerts: []string{"[ALERT] refused"}}
+	}
+	r.run(t)
+	src.ch <- hosts(71)
+	testenv.Eventually(t, 5*time.Second, "the candidate refused", func() bool { return r.logged("refused") })
+	if _, err := os.Stat(running[0]); err != nil || !strings.Contains(r.file(t), running[0]) {
+		t.Fatalf("after the refusal the file names %s: %v, and it is there: %v", running[0],
+			strings.Contains(r.file(t), running[0]), err)
+	}
+	r.a.opts.Validate = func(context.Context, string) error { return nil }
+	src.ch <- hosts(72)
+	testenv.Eventually(t, 5*time.Second, "only the map of the configuration that runs is left", func() bool {
+		m := maps()
+		return r.reloadCount() == 1 && len(m) == 1 && m[0] != running[0] && strings.Contains(r.file(t), m[0])
+	})
 }
