@@ -48,17 +48,7 @@ func (s *stagingWatcher) Apply(ctx context.Context, cmds []string) error {
 func TestARuntimeChangeWritesTheFileWhileHAProxyTakesIt(t *testing.T) {
 	for _, fail := range []bool{false, true} {
 		t.Run(map[bool]string{false: "taken", true: "not taken"}[fail], func(t *testing.T) {
-			src := newSource("consul")
-			renderer, err := routes.New(slotOptions(routes.NewSlotTable()), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			dir := t.TempDir()
-			r := newRig(t, dir, renderer, src)
-			src.ch <- webInstances("w1", "w2")
-			if err := r.a.Start(startCtx(t, r)); err != nil {
-				t.Fatal(err)
-			}
+			r, src, dir := startedWithSlots(t)
 			running, err := os.ReadFile(r.path)
 			if err != nil {
 				t.Fatal(err)
@@ -109,17 +99,7 @@ func TestARuntimeChangeWritesTheFileWhileHAProxyTakesIt(t *testing.T) {
 // drain), an apply that a timer still starts does nothing: no candidate
 // written and checked, no server state saved, no retry logged.
 func TestAnApplyAfterTheStopDoesNothing(t *testing.T) {
-	src := newSource("consul")
-	renderer, err := routes.New(slotOptions(routes.NewSlotTable()), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	r := newRig(t, dir, renderer, src)
-	src.ch <- webInstances("w1", "w2")
-	if err := r.a.Start(startCtx(t, r)); err != nil {
-		t.Fatal(err)
-	}
+	r, _, _ := startedWithSlots(t)
 	before := r.file(t)
 	checks := r.checkCount()
 	if !r.a.take(webInstances("w1", "w2", "w3", "w4", "w5")) { // outgrows its 4 slots: a reload
@@ -135,4 +115,22 @@ func TestAnApplyAfterTheStopDoesNothing(t *testing.T) {
 	if _, err := os.Stat(r.path + ".new"); err == nil {
 		t.Error("a candidate was written after the stop")
 	}
+}
+
+// startedWithSlots is a rig on the built-in template with 4 slots per
+// backend, started with web's instances w1 and w2.
+func startedWithSlots(t *testing.T) (*rig, *fakeSource, string) {
+	t.Helper()
+	src := newSource("consul")
+	renderer, err := routes.New(slotOptions(routes.NewSlotTable()), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	r := newRig(t, dir, renderer, src)
+	src.ch <- webInstances("w1", "w2")
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	return r, src, dir
 }
