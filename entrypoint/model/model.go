@@ -71,8 +71,12 @@ type Instance struct {
 	// means unset (HAProxy's default, 1).
 	Weight        int     `json:"weight,omitempty"`
 	WarningWeight int     `json:"warning_weight,omitempty"`
-	Status        string  `json:"status"`
-	Checks        []Check `json:"checks,omitempty"`
+	Status        string  `json:"status"`           // of NodeChecks and Checks together
+	Checks        []Check `json:"checks,omitempty"` // the instance's own
+	// NodeChecks are its node's checks (Consul's serfHealth, a node's
+	// maintenance), sorted: one list shared by the instances of a node,
+	// never written. A template sees them before Checks.
+	NodeChecks []Check `json:"node_checks,omitempty"`
 	// Registered orders the registrations of one source, earliest lowest:
 	// Consul's CreateIndex, a Docker container's creation time (Unix
 	// nanoseconds), the file source's order of first sight. 0 is unknown

@@ -267,7 +267,7 @@ func equalInstance(a, b *Instance) bool {
 		a.NodeAddress == b.NodeAddress && a.ID == b.ID && a.Name == b.Name && a.Kind == b.Kind &&
 		a.Namespace == b.Namespace && a.Address == b.Address && a.Port == b.Port && a.Weight == b.Weight &&
 		a.WarningWeight == b.WarningWeight && a.Status == b.Status && a.Registered == b.Registered &&
-		equalSlices(a.Tags, b.Tags) && equalSlices(a.Checks, b.Checks) &&
+		equalSlices(a.Tags, b.Tags) && equalSlices(a.Checks, b.Checks) && equalSlices(a.NodeChecks, b.NodeChecks) &&
 		equalMaps(a.Meta, b.Meta) && equalMaps(a.TaggedAddresses, b.TaggedAddresses) &&
 		equalMaps(a.NodeMeta, b.NodeMeta) && equalMaps(a.NodeTaggedAddresses, b.NodeTaggedAddresses)
 }

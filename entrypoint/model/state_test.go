@@ -14,7 +14,8 @@ func TestEqualInstancesSeesEveryField(t *testing.T) {
 		NodeTaggedAddresses: map[string]string{"lan": "10.0.0.1"}, NodeMeta: map[string]string{"rack": "1"},
 		ID: "id", Name: "web", Kind: "k", Namespace: "ns", Address: "10.0.0.2", Port: 80, Tags: []string{"a"},
 		Meta: map[string]string{"v": "1"}, TaggedAddresses: map[string]string{"wan": "192.0.2.1"}, Weight: 2,
-		WarningWeight: 1, Status: StatusPassing, Checks: []Check{{CheckID: "c", Status: StatusPassing}}, Registered: 7}
+		WarningWeight: 1, Status: StatusPassing, Checks: []Check{{CheckID: "c", Status: StatusPassing}},
+		NodeChecks: []Check{{CheckID: "serfHealth", Status: StatusPassing}}, Registered: 7}
 	if !EqualInstances([]Instance{full}, []Instance{full}) {
 		t.Fatal("an instance differs from itself")
 	}

@@ -242,11 +242,13 @@ func newHealthService(in *model.Instance, dc string) *HealthService {
 	for k, v := range in.TaggedAddresses {
 		hs.ServiceTaggedAddresses[k] = splitTaggedAddress(v)
 	}
-	for _, c := range in.Checks {
-		hs.Checks = append(hs.Checks, &HealthCheck{
-			Node: c.Node, CheckID: c.CheckID, Name: c.Name, Status: c.Status,
-			Notes: c.Notes, Output: c.Output, ServiceID: c.ServiceID, ServiceName: c.ServiceName,
-		})
+	for _, checks := range [...][]model.Check{in.NodeChecks, in.Checks} {
+		for _, c := range checks {
+			hs.Checks = append(hs.Checks, &HealthCheck{
+				Node: c.Node, CheckID: c.CheckID, Name: c.Name, Status: c.Status,
+				Notes: c.Notes, Output: c.Output, ServiceID: c.ServiceID, ServiceName: c.ServiceName,
+			})
+		}
 	}
 	return hs
 }

@@ -191,3 +191,21 @@ func TestServiceOutsideTheWatchedOnesIsAnError(t *testing.T) {
 		t.Errorf("a service not watched: error %v, want one naming db and SEAMLESS_CONSUL_SERVICES", err)
 	}
 }
+
+// A service's .Checks are its node's checks, then its own, as
+// consul-template lists them: the model keeps the node's apart, in one
+// list its instances share.
+func TestServiceChecksHoldTheNodesFirst(t *testing.T) {
+	web := model.Instance{Source: "consul", Name: "web", ID: "node1/web-1", Node: "node1", Address: "10.0.0.1", Port: 80,
+		Status:     model.StatusCritical,
+		NodeChecks: []model.Check{{Node: "node1", CheckID: "serfHealth", Status: model.StatusPassing}},
+		Checks:     []model.Check{{Node: "node1", CheckID: "service:web-1", Status: model.StatusCritical, ServiceID: "web-1", ServiceName: "web"}}}
+	st := model.NewState(map[model.Query]model.Result{model.LocalCatalog: {Catalog: &model.Catalog{Datacenter: "dc1", Instances: []model.Instance{web}}}})
+	r, err := renderText(t, "checks", `{{range service "web|any"}}{{.Status}}:{{range .Checks}} {{.CheckID}}={{.Status}}{{end}}{{end}}`, testOptions(), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(r.Config), "critical: serfHealth=passing service:web-1=critical"; got != want {
+		t.Errorf("rendered %q, want %q", got, want)
+	}
+}

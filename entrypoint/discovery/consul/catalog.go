@@ -293,14 +293,11 @@ func convertDump(dump []*nodeInfo, dc, tagFilter string) *model.Catalog {
 			for i, tag := range svc.Tags {
 				svc.Tags[i] = one.of(tag)
 			}
-			// The services of a node without checks of their own share its
-			// list (a catalog is never written): a node of a thousand
-			// instances held a thousand copies of its serfHealth check.
-			checks := nodeChecks[:len(nodeChecks):len(nodeChecks)]
-			if own := byService[svc.ID]; len(own) > 0 {
-				checks = append(slices.Clone(nodeChecks), own...)
-				slices.SortFunc(checks, compareChecks)
-			}
+			// The services of a node share its list (a catalog is never
+			// written): a node of a thousand instances held a thousand
+			// copies of its serfHealth check: 10 MB at 100,000 instances.
+			own := slices.Clip(byService[svc.ID])
+			slices.SortFunc(own, compareChecks)
 			in := model.Instance{
 				Source:              Name,
 				Datacenter:          node.Datacenter,
@@ -318,8 +315,9 @@ func convertDump(dump []*nodeInfo, dc, tagFilter string) *model.Catalog {
 				Tags:                nilIfNone(svc.Tags),
 				Meta:                nilIfEmpty(svc.Meta),
 				TaggedAddresses:     serviceAddresses(svc.TaggedAddresses),
-				Status:              aggregateStatus(checks),
-				Checks:              checks,
+				Status:              aggregateStatus(nodeChecks, own),
+				Checks:              own,
+				NodeChecks:          nodeChecks[:len(nodeChecks):len(nodeChecks)],
 				Registered:          svc.CreateIndex,
 			}
 			if svc.Weights != nil {
@@ -396,20 +394,22 @@ func serviceAddresses(m map[string]serviceAddress) map[string]string {
 // computes it: a maintenance check (node or service) wins over everything,
 // then critical, warning, passing. No checks is passing; a status Consul
 // does not define counts as critical.
-func aggregateStatus(checks []model.Check) string {
+func aggregateStatus(lists ...[]model.Check) string {
 	rank := 0
-	for _, c := range checks {
-		if c.CheckID == "_node_maintenance" || strings.HasPrefix(c.CheckID, "_service_maintenance:") {
-			return model.StatusMaintenance
+	for _, checks := range lists {
+		for _, c := range checks {
+			if c.CheckID == "_node_maintenance" || strings.HasPrefix(c.CheckID, "_service_maintenance:") {
+				return model.StatusMaintenance
+			}
+			r := 2
+			switch c.Status {
+			case api.HealthPassing:
+				r = 0
+			case api.HealthWarning:
+				r = 1
+			}
+			rank = max(rank, r)
 		}
-		r := 2
-		switch c.Status {
-		case api.HealthPassing:
-			r = 0
-		case api.HealthWarning:
-			r = 1
-		}
-		rank = max(rank, r)
 	}
 	return [...]string{model.StatusPassing, model.StatusWarning, model.StatusCritical}[rank]
 }

@@ -73,9 +73,9 @@ func TestCatalogReportsInstancesWithTheirStatus(t *testing.T) {
 			if !ok {
 				t.Fatalf("no instance %s in %v", tt.id, snap.Results[model.LocalCatalog].Catalog.All())
 			}
-			if in.Status != tt.status || in.Address != tt.address || in.Port != tt.port || len(in.Checks) != tt.checks {
+			if checks := len(in.NodeChecks) + len(in.Checks); in.Status != tt.status || in.Address != tt.address || in.Port != tt.port || checks != tt.checks {
 				t.Errorf("got status %s address %s:%d with %d checks, want %s %s:%d with %d",
-					in.Status, in.Address, in.Port, len(in.Checks), tt.status, tt.address, tt.port, tt.checks)
+					in.Status, in.Address, in.Port, checks, tt.status, tt.address, tt.port, tt.checks)
 			}
 			if in.Source != Name || in.Datacenter != "dc1" || in.NodeMeta["rack"] != "r1" {
 				t.Errorf("source %q datacenter %q node meta %v", in.Source, in.Datacenter, in.NodeMeta)

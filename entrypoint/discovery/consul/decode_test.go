@@ -114,7 +114,7 @@ func TestHealthDecodedLeanEqualsTheAPIs(t *testing.T) {
 			t.Errorf("tag %q: decoded lean:\n%+v\nthrough the API:\n%+v", tag, got, want)
 		}
 		if got[0].Weight != 1 || got[0].Registered != 100 || got[0].NodeTaggedAddresses["wan"] == "" ||
-			got[0].TaggedAddresses["lan_ipv4"] != "127.0.0.1:20000" || len(got[0].Checks) != 2 || got[0].Meta["version"] != "1.2.3" {
+			got[0].TaggedAddresses["lan_ipv4"] != "127.0.0.1:20000" || len(got[0].Checks) != 1 || len(got[0].NodeChecks) != 1 || got[0].Meta["version"] != "1.2.3" {
 			t.Errorf("tag %q: fields lost: %+v", tag, got[0])
 		}
 	}
@@ -156,10 +156,10 @@ func TestAnAnswersInstancesShareTheStringsTheyRepeat(t *testing.T) {
 		for what, pair := range map[string][2]string{
 			"name":              {first.Name, in.Name},
 			"tag":               {first.Tags[0], in.Tags[0]},
-			"check's name":      {first.Checks[1].Name, in.Checks[1].Name},
-			"check's status":    {first.Checks[1].Status, in.Checks[1].Status},
-			"serf check output": {first.Checks[0].Output, in.Checks[0].Output},
-			"check's service":   {first.Checks[1].ServiceName, in.Checks[1].ServiceName},
+			"check's name":      {first.Checks[0].Name, in.Checks[0].Name},
+			"check's status":    {first.Checks[0].Status, in.Checks[0].Status},
+			"serf check output": {first.NodeChecks[0].Output, in.NodeChecks[0].Output},
+			"check's service":   {first.Checks[0].ServiceName, in.Checks[0].ServiceName},
 		} {
 			if pair[0] != pair[1] {
 				t.Fatalf("%s: %q and %q differ", what, pair[0], pair[1])

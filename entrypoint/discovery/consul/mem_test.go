@@ -1,7 +1,9 @@
 package consul
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"runtime"
 	"slices"
@@ -156,16 +158,16 @@ func TestAssemblingAfterOneChangeCopiesNoInstance(t *testing.T) {
 	}
 }
 
-// The instances of one node share its node checks unless they have checks
-// of their own: a node of a thousand instances held a thousand copies of
-// its serfHealth check (10 MB at 10,000 × 10). A service's own checks
-// still come after the node's, in order, and leave the shared list as it
-// was.
+// The instances of a node share one list of its checks: a node of a
+// thousand instances held a thousand copies of its serfHealth check (10
+// MB at 10,000 × 10). A service's own checks are its alone, and count in
+// its status with the node's.
 func TestInstancesOfANodeShareItsChecks(t *testing.T) {
 	n := &nodeInfo{Node: "n1", Address: "10.0.0.1", Checks: []*healthCheck{
 		{CheckID: "serfHealth", Status: "passing"},
 		{CheckID: "web-2-http", Status: "critical", ServiceID: "web-2"},
 		{CheckID: "disk", Status: "passing"},
+		{CheckID: "web-3-http", Status: "passing", ServiceID: "web-3"},
 	}}
 	for _, id := range []string{"web-1", "web-2", "web-3"} {
 		n.Services = append(n.Services, &nodeService{ID: id, Service: "web", Port: 80})
@@ -175,24 +177,62 @@ func TestInstancesOfANodeShareItsChecks(t *testing.T) {
 	for _, in := range cat.All() {
 		byID[in.ID] = in
 	}
-	ids := func(cs []model.Check) []string {
-		var out []string
-		for _, c := range cs {
-			out = append(out, c.CheckID)
-		}
-		return out
-	}
 	one, two, three := byID[instanceID("n1", "web-1")], byID[instanceID("n1", "web-2")], byID[instanceID("n1", "web-3")]
-	if want := []string{"disk", "serfHealth"}; !slices.Equal(ids(one.Checks), want) || !slices.Equal(ids(three.Checks), want) {
-		t.Fatalf("checks of web-1 %v and web-3 %v, want %v", ids(one.Checks), ids(three.Checks), want)
+	for _, in := range []model.Instance{one, two, three} {
+		if want := []string{"disk", "serfHealth"}; !slices.Equal(checkIDs(in.NodeChecks), want) {
+			t.Fatalf("%s: node checks %v, want %v", in.ID, checkIDs(in.NodeChecks), want)
+		}
+		if &in.NodeChecks[0] != &one.NodeChecks[0] {
+			t.Errorf("%s holds a copy of the node's checks, want the one list", in.ID)
+		}
 	}
-	if &one.Checks[0] != &three.Checks[0] {
-		t.Errorf("web-1 and web-3 hold copies of the node's checks, want one list")
+	if cap(one.NodeChecks) != len(one.NodeChecks) {
+		t.Errorf("the shared list has room for %d checks past its %d: an append to it would write the others'", cap(one.NodeChecks), len(one.NodeChecks))
 	}
-	if cap(one.Checks) != len(one.Checks) {
-		t.Errorf("the shared list has room for %d checks past its %d: an append to it would write the others'", cap(one.Checks), len(one.Checks))
+	for in, want := range map[*model.Instance]struct {
+		checks []string
+		status string
+	}{&one: {nil, model.StatusPassing}, &two: {[]string{"web-2-http"}, model.StatusCritical}, &three: {[]string{"web-3-http"}, model.StatusPassing}} {
+		if !slices.Equal(checkIDs(in.Checks), want.checks) || in.Status != want.status {
+			t.Errorf("%s: checks %v, status %s; want %v, %s", in.ID, checkIDs(in.Checks), in.Status, want.checks, want.status)
+		}
 	}
-	if want := []string{"disk", "serfHealth", "web-2-http"}; !slices.Equal(ids(two.Checks), want) || two.Status != model.StatusCritical {
-		t.Errorf("web-2: checks %v, status %s; want %v, critical", ids(two.Checks), two.Status, want)
+}
+
+// Each health answer brings its own copy of its nodes' checks: services
+// read apart after a change of their node must end up sharing one list
+// per node again, and a node gone from the node list is forgotten.
+func TestServicesReadApartShareTheirNodesChecks(t *testing.T) {
+	c := &splitCatalog{parts: map[string][]model.Instance{}, nodeChecks: map[string][]model.Check{}, indexes: map[*sub]uint64{}}
+	for i, name := range []string{"api", "web"} {
+		var entries []healthEntry
+		if err := json.Unmarshal(consulHealth(name, 3), &entries); err != nil {
+			t.Fatal(err)
+		}
+		c.apply(event{sub: &sub{kind: partHealth, name: name}, index: uint64(10 + i), instances: convertEntries(entries, "dc1", "")})
 	}
+	api, web := c.parts["api"], c.parts["web"]
+	if len(api) != 3 || len(web) != 3 {
+		t.Fatalf("parts: %d api, %d web instances; want 3 each", len(api), len(web))
+	}
+	for i := range api {
+		if api[i].Node != web[i].Node || len(web[i].NodeChecks) == 0 {
+			t.Fatalf("instance %d: api on %s, web on %s with %d node checks", i, api[i].Node, web[i].Node, len(web[i].NodeChecks))
+		}
+		if &api[i].NodeChecks[0] != &web[i].NodeChecks[0] {
+			t.Errorf("api and web on %s hold a copy each of its checks, want one list", api[i].Node)
+		}
+	}
+	c.apply(event{sub: &sub{kind: partNodes}, nodes: []model.Node{{Name: "node-000"}, {Name: "node-002"}}})
+	if got := slices.Sorted(maps.Keys(c.nodeChecks)); !slices.Equal(got, []string{"node-000", "node-002"}) {
+		t.Errorf("node checks kept for %v after node-001 left the node list; want node-000 and node-002", got)
+	}
+}
+
+func checkIDs(cs []model.Check) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.CheckID)
+	}
+	return out
 }

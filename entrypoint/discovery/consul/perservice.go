@@ -108,16 +108,19 @@ type splitCatalog struct {
 	health          map[string]*sub
 	order           []string // the watched services, sorted: the catalog's order
 	parts           map[string][]model.Instance
-	nodeList        []model.Node
-	dcName          string
-	haveServices    bool
-	haveNodes       bool
-	complete        bool // every part answered once
-	dirty           bool // a part changed since the last assembly
-	moved           bool // only an index moved since: the last catalog, re-dated, will do
-	last            *model.Catalog
-	warnedACL       atomic.Bool
-	converted       atomic.Uint64 // health answers converted
+	// nodeChecks is the list of node checks the parts share, by node:
+	// each health answer brings its own copy of its nodes' checks.
+	nodeChecks   map[string][]model.Check
+	nodeList     []model.Node
+	dcName       string
+	haveServices bool
+	haveNodes    bool
+	complete     bool // every part answered once
+	dirty        bool // a part changed since the last assembly
+	moved        bool // only an index moved since: the last catalog, re-dated, will do
+	last         *model.Catalog
+	warnedACL    atomic.Bool
+	converted    atomic.Uint64 // health answers converted
 	// stale holds why each sub-watch's latest answer was refused as
 	// stale; a sub-watch that answers well again leaves it.
 	stale map[*sub]string
@@ -147,7 +150,7 @@ const maxDirect = 8
 
 func newSplitCatalog(ctx context.Context, s *Source, dc string, budget int, set *watchSet) *splitCatalog {
 	c := &splitCatalog{s: s, dc: dc, budget: budget, set: set, events: make(chan event, 64), directs: make(chan struct{}, maxDirect),
-		health: map[string]*sub{}, parts: map[string][]model.Instance{}, stale: map[*sub]string{},
+		health: map[string]*sub{}, parts: map[string][]model.Instance{}, nodeChecks: map[string][]model.Check{}, stale: map[*sub]string{},
 		indexes: map[*sub]uint64{}}
 	c.ctx, c.cancel = context.WithCancel(ctx)
 	c.restarted, c.restartCancel = context.WithCancel(c.ctx)
@@ -333,6 +336,13 @@ func (c *splitCatalog) apply(ev event) *overBudget {
 		c.order = want
 	case partNodes:
 		c.haveNodes, c.nodeList, c.dirty = true, ev.nodes, true
+		if len(c.nodeChecks) > 0 { // forget the checks of nodes gone
+			names := make(map[string]bool, len(ev.nodes))
+			for _, n := range ev.nodes {
+				names[n.Name] = true
+			}
+			maps.DeleteFunc(c.nodeChecks, func(node string, _ []model.Check) bool { return !names[node] })
+		}
 		if ev.dcName != "" { // an empty node list (a Consul restarted empty) names none
 			c.dcName = ev.dcName
 		}
@@ -340,9 +350,29 @@ func (c *splitCatalog) apply(ev event) *overBudget {
 		if old, had := c.parts[ev.sub.name]; had && model.EqualInstances(old, ev.instances) {
 			return nil
 		}
+		c.shareNodeChecks(ev.instances)
 		c.parts[ev.sub.name], c.dirty = ev.instances, true
 	}
 	return nil
+}
+
+// shareNodeChecks gives insts, not yet passed on, the node checks the
+// parts already hold where they are the same: otherwise every service
+// read again after a change of its node would keep a copy per instance
+// (10 MB at 100,000 instances). A node's changed list becomes the one
+// shared from then on.
+func (c *splitCatalog) shareNodeChecks(insts []model.Instance) {
+	for i := range insts {
+		in := &insts[i]
+		if len(in.NodeChecks) == 0 {
+			continue
+		}
+		if have, ok := c.nodeChecks[in.Node]; ok && slices.Equal(have, in.NodeChecks) {
+			in.NodeChecks = have
+		} else {
+			c.nodeChecks[in.Node] = in.NodeChecks
+		}
+	}
 }
 
 // index is the catalog's: the highest of its parts' latest answers, and

@@ -60,6 +60,7 @@ func (c *splitCatalog) seed(ctx context.Context) error {
 	c.seedIndex, c.seedEpoch = index, c.restartCtx()
 	runs := make([]func(), 0, len(want))
 	for _, name := range want {
+		c.shareNodeChecks(parts[name])
 		c.parts[name] = parts[name]
 		sb, run := c.seeded(name, index, digest(parts[name]))
 		c.health[name], runs = sb, append(runs, run)

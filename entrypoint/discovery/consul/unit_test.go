@@ -136,7 +136,7 @@ func TestConvertDumpSurvivesOddData(t *testing.T) {
 	if len(got) != 3 {
 		t.Fatalf("instances %+v, want n1/web, n1/ and n2/web", cat.Instances)
 	}
-	if in := got["n1/web"]; in.Status != model.StatusCritical || len(in.Checks) != 2 || in.Tags != nil {
+	if in := got["n1/web"]; in.Status != model.StatusCritical || len(in.Checks) != 1 || len(in.NodeChecks) != 1 || in.Tags != nil {
 		t.Errorf("n1/web %+v: an unknown check status is critical; node check and own check", in)
 	}
 	if in := got["n2/web"]; in.Status != model.StatusPassing || in.Address != "" || in.Port != 81 {
