@@ -74,8 +74,8 @@ type Instance struct {
 	Status        string  `json:"status"`           // of NodeChecks and Checks together
 	Checks        []Check `json:"checks,omitempty"` // the instance's own
 	// NodeChecks are its node's checks (Consul's serfHealth, a node's
-	// maintenance), sorted: one list shared by the instances of a node,
-	// never written. A template sees them before Checks.
+	// maintenance), sorted, never written: the Consul source gives the
+	// instances of a node one list. A template sees them before Checks.
 	NodeChecks []Check `json:"node_checks,omitempty"`
 	// Registered orders the registrations of one source, earliest lowest:
 	// Consul's CreateIndex, a Docker container's creation time (Unix

@@ -331,8 +331,8 @@ func convertDump(dump []*nodeInfo, dc, tagFilter string) *model.Catalog {
 	return cat
 }
 
-// compareChecks orders an instance's checks: the node's (no ServiceID)
-// first, then by ID.
+// compareChecks orders a node's checks, or an instance's own: by
+// service, then by ID.
 func compareChecks(a, b model.Check) int {
 	return cmp.Or(cmp.Compare(a.ServiceID, b.ServiceID), cmp.Compare(a.CheckID, b.CheckID))
 }

@@ -201,7 +201,8 @@ func TestInstancesOfANodeShareItsChecks(t *testing.T) {
 
 // Each health answer brings its own copy of its nodes' checks: services
 // read apart after a change of their node must end up sharing one list
-// per node again, and a node gone from the node list is forgotten.
+// per node again, and a node gone from the node list, or left without
+// checks, is forgotten.
 func TestServicesReadApartShareTheirNodesChecks(t *testing.T) {
 	c := &splitCatalog{parts: map[string][]model.Instance{}, nodeChecks: map[string][]model.Check{}, indexes: map[*sub]uint64{}}
 	for i, name := range []string{"api", "web"} {
@@ -226,6 +227,10 @@ func TestServicesReadApartShareTheirNodesChecks(t *testing.T) {
 	c.apply(event{sub: &sub{kind: partNodes}, nodes: []model.Node{{Name: "node-000"}, {Name: "node-002"}}})
 	if got := slices.Sorted(maps.Keys(c.nodeChecks)); !slices.Equal(got, []string{"node-000", "node-002"}) {
 		t.Errorf("node checks kept for %v after node-001 left the node list; want node-000 and node-002", got)
+	}
+	c.apply(event{sub: &sub{kind: partHealth, name: "db"}, index: 13, instances: []model.Instance{{Node: "node-000", Name: "db", ID: "node-000/db"}}})
+	if _, kept := c.nodeChecks["node-000"]; kept {
+		t.Error("node-000's old checks kept after an answer showed it without any")
 	}
 }
 

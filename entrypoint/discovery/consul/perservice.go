@@ -365,6 +365,7 @@ func (c *splitCatalog) shareNodeChecks(insts []model.Instance) {
 	for i := range insts {
 		in := &insts[i]
 		if len(in.NodeChecks) == 0 {
+			delete(c.nodeChecks, in.Node)
 			continue
 		}
 		if have, ok := c.nodeChecks[in.Node]; ok && slices.Equal(have, in.NodeChecks) {
