@@ -145,7 +145,9 @@ func Pebble(t testing.TB, o PebbleOptions) *PebbleServer {
 	return p
 }
 
-// Start starts Pebble (again) and waits until its directory answers.
+// Start starts Pebble (again) and waits until its directory and its
+// management API answer: Pebble opens the second listener on a goroutine
+// of its own, so the directory answering says nothing of it.
 func (p *PebbleServer) Start() {
 	p.t.Helper()
 	cmd := exec.Command(p.bin, "-config", filepath.Join(p.dir, "pebble.json"), "-dnsserver", p.dnsAddr)
@@ -160,15 +162,19 @@ func (p *PebbleServer) Start() {
 	}
 	p.cmd, p.done = cmd, make(chan struct{})
 	go func() { _ = cmd.Wait(); log.Close(); close(p.done) }()
-	Eventually(p.t, 30*time.Second, "Pebble's directory answers", func() bool {
-		resp, err := p.client.Get(p.Directory())
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	for what, url := range map[string]string{"directory": p.Directory(), "management API": p.rootsURL()} {
+		Eventually(p.t, 30*time.Second, "Pebble's "+what+" answers", func() bool {
+			resp, err := p.client.Get(url)
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		})
+	}
 }
+
+func (p *PebbleServer) rootsURL() string { return "https://" + p.management + "/roots/0" }
 
 // Stop stops Pebble: it forgets every account and order.
 func (p *PebbleServer) Stop() {
@@ -193,7 +199,7 @@ func (p *PebbleServer) CABundle() string { return p.caBundle }
 // at every start).
 func (p *PebbleServer) Roots() *x509.CertPool {
 	p.t.Helper()
-	resp, err := p.client.Get("https://" + p.management + "/roots/0")
+	resp, err := p.client.Get(p.rootsURL())
 	if err != nil {
 		p.t.Fatal(err)
 	}
