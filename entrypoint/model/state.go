@@ -233,8 +233,11 @@ func instancesSorted(in []Instance) bool {
 // address, port and ID.
 func SortCatalog(c *Catalog) {
 	slices.SortFunc(c.Nodes, compareNodes)
-	slices.SortFunc(c.Instances, compareInstances)
+	SortInstances(c.Instances)
 }
+
+// SortInstances orders instances as SortCatalog does.
+func SortInstances(in []Instance) { slices.SortFunc(in, compareInstances) }
 
 // EqualInstances reports whether a and b hold the same instances in the
 // same order, every field alike: what lets a stage reuse its work for a

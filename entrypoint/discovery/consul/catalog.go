@@ -248,7 +248,18 @@ func convertDump(dump []*nodeInfo, dc, tagFilter string) *model.Catalog {
 			services += len(n.Services)
 		}
 	}
-	cat := &model.Catalog{Datacenter: dc, Nodes: make([]model.Node, 0, nodes), Instances: make([]model.Instance, 0, services)}
+	cat := &model.Catalog{Datacenter: dc, Instances: make([]model.Instance, 0, services)}
+	cat.Nodes = convertEach(dump, dc, tagFilter, nodes, func(in model.Instance) { cat.Instances = append(cat.Instances, in) })
+	cat.Nodes, cat.Instances = nilIfNone(cat.Nodes), nilIfNone(cat.Instances)
+	model.SortCatalog(cat)
+	return cat
+}
+
+// convertEach converts the nodes of dump (room for nodes of them) and
+// hands each instance to add, in the dump's order, under convertDump's
+// rules.
+func convertEach(dump []*nodeInfo, dc, tagFilter string, nodes int, add func(model.Instance)) []model.Node {
+	out := make([]model.Node, 0, nodes)
 	one := strs{}
 	for _, n := range dump {
 		if n == nil || n.PeerName != "" {
@@ -263,7 +274,7 @@ func convertDump(dump []*nodeInfo, dc, tagFilter string) *model.Catalog {
 			TaggedAddresses: nilIfEmpty(n.TaggedAddresses),
 			Meta:            nilIfEmpty(n.Meta),
 		}
-		cat.Nodes = append(cat.Nodes, node)
+		out = append(out, node)
 
 		var nodeChecks []model.Check
 		byService := map[string][]model.Check{}
@@ -323,12 +334,10 @@ func convertDump(dump []*nodeInfo, dc, tagFilter string) *model.Catalog {
 			if svc.Weights != nil {
 				in.Weight, in.WarningWeight = svc.Weights.Passing, svc.Weights.Warning
 			}
-			cat.Instances = append(cat.Instances, in)
+			add(in)
 		}
 	}
-	cat.Nodes, cat.Instances = nilIfNone(cat.Nodes), nilIfNone(cat.Instances)
-	model.SortCatalog(cat)
-	return cat
+	return out
 }
 
 // compareChecks orders a node's checks, or an instance's own: by
