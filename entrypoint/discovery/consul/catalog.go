@@ -295,10 +295,7 @@ func convertEach(dump []*nodeInfo, dc, tagFilter string, nodes int, add func(mod
 		slices.SortFunc(nodeChecks, compareChecks)
 
 		for _, svc := range n.Services {
-			if svc == nil || svc.PeerName != "" {
-				continue
-			}
-			if tagFilter != "" && !slices.Contains(svc.Tags, tagFilter) {
+			if !converted(n, svc, tagFilter) {
 				continue
 			}
 			for i, tag := range svc.Tags {
@@ -338,6 +335,14 @@ func convertEach(dump []*nodeInfo, dc, tagFilter string, nodes int, add func(mod
 		}
 	}
 	return out
+}
+
+// converted reports whether convertDump makes an instance of svc on node
+// n: peers' nodes and services are left out, and with tagFilter the
+// services without that tag.
+func converted(n *nodeInfo, svc *nodeService, tagFilter string) bool {
+	return n != nil && n.PeerName == "" && svc != nil && svc.PeerName == "" &&
+		(tagFilter == "" || slices.Contains(svc.Tags, tagFilter))
 }
 
 // compareChecks orders a node's checks, or an instance's own: by

@@ -287,3 +287,27 @@ func TestASeededPartKeepsOnlyItsService(t *testing.T) {
 		t.Errorf("one part of 100 instances keeps %d KB alive", kept>>10)
 	}
 }
+
+// A seeded part's array is sized for the instances it holds: the count
+// leaves out what the conversion does (peers, the tag filter), or the
+// spare room would live as long as the part.
+func TestASeededPartHasRoomForItsInstancesOnly(t *testing.T) {
+	parse := func() []*nodeInfo {
+		var dump []*nodeInfo
+		if err := json.Unmarshal([]byte(synthDump(3, 2)), &dump); err != nil {
+			t.Fatal(err)
+		}
+		dump[0].Services[0].Tags = []string{"v1"} // svc-0 on node-0: not "http"
+		dump[1].Services[1].PeerName = "other"    // svc-1 on node-1: a peer's
+		dump[2].PeerName = "other"                // node-2: a peer's
+		return dump
+	}
+	keep := map[string]bool{"svc-0": true, "svc-1": true}
+	room := seedRoom(parse(), "http", keep)
+	parts := seedParts(parse(), "dc1", "http", keep)
+	for name, want := range map[string]int{"svc-0": 1, "svc-1": 1} {
+		if len(parts[name]) != want || room[name] != want {
+			t.Errorf("%s: %d instances, room counted for %d; want %d", name, len(parts[name]), room[name], want)
+		}
+	}
+}

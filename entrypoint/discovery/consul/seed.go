@@ -107,19 +107,7 @@ func (c *splitCatalog) readSeed(ctx context.Context, want []string) (map[string]
 // still had its seeded part (29 MB at 10,000 × 10, beside the parts read
 // again since), and the services not kept with it.
 func seedParts(dump []*nodeInfo, dc, tagFilter string, keep map[string]bool) map[string][]model.Instance {
-	// Sized once, as convertDump's list (peers and the tag filter may
-	// leave some room unused).
-	room := make(map[string]int, len(keep))
-	for _, n := range dump {
-		if n == nil {
-			continue
-		}
-		for _, svc := range n.Services {
-			if svc != nil && keep[svc.Service] {
-				room[svc.Service]++
-			}
-		}
-	}
+	room := seedRoom(dump, tagFilter, keep)
 	parts := make(map[string][]model.Instance, len(room))
 	convertEach(dump, dc, tagFilter, 0, func(in model.Instance) {
 		if n := room[in.Name]; n > 0 {
@@ -134,6 +122,24 @@ func seedParts(dump []*nodeInfo, dc, tagFilter string, keep map[string]bool) map
 		parts[name] = p[:len(p):len(p)]
 	}
 	return parts
+}
+
+// seedRoom counts the instances seedParts makes of each service of keep,
+// by convertDump's rules: an array sized for instances the tag filter
+// leaves out would keep that room for as long as the part lives.
+func seedRoom(dump []*nodeInfo, tagFilter string, keep map[string]bool) map[string]int {
+	room := make(map[string]int, len(keep))
+	for _, n := range dump {
+		if n == nil {
+			continue
+		}
+		for _, svc := range n.Services {
+			if converted(n, svc, tagFilter) && keep[svc.Service] {
+				room[svc.Service]++
+			}
+		}
+	}
+	return room
 }
 
 // floor is the seed's index, the catalog's lowest, until Consul starts
