@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -360,5 +361,61 @@ func TestAHeldQueryIsNotHeldWhenAnotherAgentIsProxied(t *testing.T) {
 	}
 	if h != nil {
 		t.Error("the query was held, though the second agent is reached through a proxy")
+	}
+}
+
+// The seeded queries are set up a few at a time: each takes a goroutine
+// (and its stack) until its request is written, and 10,000 started at
+// once took 51 MB of stacks for a moment, the most the process held.
+func TestSeededQueriesAreSetUpAFewAtATime(t *testing.T) {
+	const n = 500
+	addr, lines, release := holdingServer(t)
+	t.Setenv("CONSUL_HTTP_ADDR", addr)
+	t.Setenv("CONSUL_HTTP_TOKEN", "")
+	t.Setenv("CONSUL_HTTP_TOKEN_FILE", "")
+	s, err := New(Config{Watches: n + 16}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newSplitCatalog(context.Background(), s, "", n+16, nil)
+	defer c.stop()
+	defer release()
+	for range 2 { // the service and node lists
+		if !lines.Scan() {
+			t.Fatalf("the server stopped: %v", lines.Err())
+		}
+	}
+	var mu sync.Mutex
+	inSetUp, most := 0, 0
+	runs := make([]func(func()), n)
+	for i := range runs {
+		// Seeded at index 1: each query waits, as after a start.
+		_, run := c.seeded("s"+strconv.Itoa(i), 1, [32]byte{})
+		runs[i] = func(setUp func()) {
+			mu.Lock()
+			inSetUp++
+			most = max(most, inSetUp)
+			mu.Unlock()
+			run(func() {
+				mu.Lock()
+				inSetUp--
+				mu.Unlock()
+				setUp()
+			})
+		}
+	}
+	c.startOnceServing(runs)
+	for range n {
+		if !lines.Scan() {
+			t.Fatalf("the server stopped: %v", lines.Err())
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most > setUpAtOnce {
+		t.Errorf("%d of %d seeded queries were in set-up at once, want at most %d", most, n, setUpAtOnce)
+	}
+	if most == 0 {
+		t.Error("no seeded query was set up")
 	}
 }

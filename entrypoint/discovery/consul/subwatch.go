@@ -16,8 +16,12 @@ import (
 
 // run reads sb's query until its context ends, sending an event for each
 // answer and each failure; a failure is retried with backoff.
-func (c *splitCatalog) run(ctx context.Context, sb *sub) {
-	w := &subWatch{c: c, ctx: ctx, sb: sb, bo: c.s.newBackoff(), pace: pacer{burst: 1, interval: minInterval}}
+func (c *splitCatalog) run(ctx context.Context, sb *sub) { c.runSetUp(ctx, sb, nil) }
+
+// runSetUp is run, calling setUp (when not nil) once the first request
+// is written or failed: before the loop can wait on anything.
+func (c *splitCatalog) runSetUp(ctx context.Context, sb *sub, setUp func()) {
+	w := &subWatch{c: c, ctx: ctx, sb: sb, bo: c.s.newBackoff(), pace: pacer{burst: 1, interval: minInterval}, setUp: setUp}
 	if sb.kind == partHealth {
 		w.pace.burst = queryBurst
 	}
@@ -43,6 +47,7 @@ type subWatch struct {
 	bo    *backoff.Backoff
 	pace  pacer
 	epoch context.Context // the restart context of the last request
+	setUp func()          // see runSetUp; nil once called
 
 	// Of the request in flight.
 	recovery, reconnection context.Context
@@ -68,10 +73,14 @@ func (w *subWatch) loop(h *heldHealth) {
 			}
 			if sb.kind == partHealth {
 				h, err = c.holdHealth(w, healthIndex(w.cur.wait()), wait)
-				if h != nil {
-					c.hold(w, h)
-					return
-				}
+			}
+			if w.setUp != nil {
+				w.setUp()
+				w.setUp = nil
+			}
+			if h != nil {
+				c.hold(w, h)
+				return
 			}
 			if err == nil {
 				ev, index, err = c.read(w.begin(), sb, w.cur.wait(), wait, w.passedList())
