@@ -104,7 +104,8 @@
 //
 // Each watch keeps the last good answer to its query. A failing request is
 // retried with exponential backoff and jitter (250 ms up to 10 s, reset by a
-// success; each per-service query retries on its own) and never removes
+// success; each per-service query retries on its own, and waits out its
+// backoff with no goroutine, as a held query waits) and never removes
 // data from a snapshot. Run sends a snapshot whenever an answer changed (a
 // counter, not a comparison of catalogs), coalescing: a slow consumer gets only the
 // newest state, and no watch ever waits for it. Index handling follows

@@ -117,6 +117,51 @@ func (p *agentProbe) backoff(ctx, recovery context.Context, d time.Duration) boo
 	return true
 }
 
+// backoffThen is backoff with no goroutine waiting: then runs, on a
+// goroutine of its own, with true once the wait is over and with false
+// if ctx ends first. In an outage every per-service query backs off at
+// once, and a goroutine each would hold its stack for as long.
+func (p *agentProbe) backoffThen(ctx, recovery context.Context, d time.Duration, then func(goOn bool)) {
+	if d <= 0 {
+		go then(ctx.Err() == nil)
+		return
+	}
+	p.mu.Lock()
+	p.backedOff++
+	p.mu.Unlock()
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+	var (
+		mu           sync.Mutex
+		over         bool
+		t            *time.Timer
+		stopR, stopC func() bool
+	)
+	end := func(goOn bool) {
+		mu.Lock() // until all three are set up
+		if over {
+			mu.Unlock()
+			return
+		}
+		over = true
+		mu.Unlock()
+		t.Stop()
+		stopR()
+		stopC()
+		p.mu.Lock()
+		p.backedOff--
+		p.mu.Unlock()
+		then(goOn)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(d, func() { end(true) })
+	stopR = context.AfterFunc(recovery, func() { end(true) })
+	stopC = context.AfterFunc(ctx, func() { end(false) })
+}
+
 // stale says why the agent cannot serve reads, and since when; "" while
 // it can (or that is not known).
 func (p *agentProbe) stale() (string, time.Time) {

@@ -101,10 +101,10 @@ func (w *subWatch) loop(h *heldHealth) {
 		if err != nil {
 			w.cur.failed()
 			w.trail.verify = sb.kind == partHealth
-			if !c.send(ctx, event{sub: sb, err: err}) || !c.s.probe.backoff(ctx, w.recovery, w.bo.Next()) {
-				return
+			if c.send(ctx, event{sub: sb, err: err}) {
+				c.backOff(w)
 			}
-			continue
+			return
 		}
 		w.bo.Reset()
 		if !w.answered(ev, index) {
@@ -115,6 +115,18 @@ func (w *subWatch) loop(h *heldHealth) {
 			return
 		}
 	}
+}
+
+// backOff goes on with w's loop, on a new goroutine, once its backoff
+// has passed or the agent is back: none waits meanwhile.
+func (c *splitCatalog) backOff(w *subWatch) {
+	c.wg.Add(1) // the query backing off is one of the watches stop waits for
+	c.s.probe.backoffThen(w.ctx, w.recovery, w.bo.Next(), func(goOn bool) {
+		defer c.wg.Done()
+		if goOn {
+			w.loop(nil)
+		}
+	})
 }
 
 // hold goes on with w's loop once h's answer begins: parked, without a

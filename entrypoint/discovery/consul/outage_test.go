@@ -1,0 +1,39 @@
+package consul
+
+import (
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+	"github.com/seamless-lb/seamless/internal/testenv"
+)
+
+// While the agent is away, every per-service query fails and waits out
+// its backoff. A query waiting holds no goroutine, as a held one does
+// not: one each held its stack, grown by the answer's path, for the whole
+// outage (10,000 services: as many goroutines, tens of MB).
+func TestQueriesBackingOffHoldNoGoroutine(t *testing.T) {
+	const n = 150 // an agent allows 200 connections per client address
+	agent := testenv.Consul(t)
+	populateK(t, agent.Client(), n, 1)
+	r := startSource(t, agent.Addr(), Config{Watches: n + 16}, model.LocalCatalog)
+	r.waitFor("every service", func(s model.Snapshot) bool {
+		return s.Local() != nil && s.Local().Len() == n+1 // and the consul service
+	})
+	r.steady(watching(n + 1))
+	held := runtime.NumGoroutine()
+
+	agent.Stop()
+	testenv.Eventually(t, wait, "status down", func() bool { return !r.src.Status().Up })
+	requests := r.src.Requests()
+	// Every query has failed, and retried, by then.
+	testenv.Eventually(t, wait, "every query retried", func() bool { return r.src.Requests() >= requests+2*(n+1) })
+	most := 0
+	for end := time.Now().Add(time.Second); time.Now().Before(end); {
+		most = max(most, runtime.NumGoroutine()-held)
+	}
+	if most > n/10 {
+		t.Errorf("%d services' queries backing off held up to %d goroutines more than while held, want at most %d", n+1, most, n/10)
+	}
+}
