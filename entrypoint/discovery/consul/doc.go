@@ -51,8 +51,10 @@
 // is not seeded. With Config.Serving the seeded queries start only once
 // HAProxy serves: the agent's set-up of a view per query (about 1 ms of
 // CPU each) would otherwise share the machine with HAProxy's first start.
-// They are set up 16 at a time: each takes a goroutine only until its
-// request is written, and then waits parked.
+// They are set up 16 at a time (starter.go), as are the queries going on
+// after a backoff when the agent is back: each takes a goroutine until
+// its request is written, and then waits parked where the connection
+// allows.
 //
 // Connections: S+2 blocking queries per datacenter for S watched services, each
 // one HTTP/1.1 connection, kept open and reused (the transport keeps that

@@ -103,6 +103,7 @@ type splitCatalog struct {
 	// directs bounds the reads from the servers (checkView) in flight: an
 	// outage ends for every service at once.
 	directs chan struct{}
+	starter starter
 
 	services, nodes *sub
 	health          map[string]*sub

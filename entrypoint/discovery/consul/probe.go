@@ -61,6 +61,10 @@ type agentProbe struct {
 	reconnected context.Context
 	reconnect   context.CancelFunc
 	severed     int
+	// waits are the backoffThen waits that recovered ends: ended from
+	// here, by one goroutine, rather than by a callback each on the
+	// context (a goroutine each, thousands at once).
+	waits map[*backoffWait]struct{}
 }
 
 func newAgentProbe(ask func(context.Context) error, log *slog.Logger) *agentProbe {
@@ -122,44 +126,55 @@ func (p *agentProbe) backoff(ctx, recovery context.Context, d time.Duration) boo
 // if ctx ends first. In an outage every per-service query backs off at
 // once, and a goroutine each would hold its stack for as long.
 func (p *agentProbe) backoffThen(ctx, recovery context.Context, d time.Duration, then func(goOn bool)) {
-	if d <= 0 {
+	b := &backoffWait{p: p, then: then}
+	p.mu.Lock()
+	if d <= 0 || recovery.Err() != nil { // no wait, or the agent is back since the request
+		p.mu.Unlock()
 		go then(ctx.Err() == nil)
 		return
 	}
-	p.mu.Lock()
 	p.backedOff++
+	if p.waits == nil {
+		p.waits = map[*backoffWait]struct{}{}
+	}
+	p.waits[b] = struct{}{}
+	b.mu.Lock() // until set up: end waits for it
 	p.mu.Unlock()
+	defer b.mu.Unlock()
 	select {
 	case p.kick <- struct{}{}:
 	default:
 	}
-	var (
-		mu           sync.Mutex
-		over         bool
-		t            *time.Timer
-		stopR, stopC func() bool
-	)
-	end := func(goOn bool) {
-		mu.Lock() // until all three are set up
-		if over {
-			mu.Unlock()
-			return
-		}
-		over = true
-		mu.Unlock()
-		t.Stop()
-		stopR()
-		stopC()
-		p.mu.Lock()
-		p.backedOff--
-		p.mu.Unlock()
-		then(goOn)
+	b.t = time.AfterFunc(d, func() { b.end(true) })
+	b.stopC = context.AfterFunc(ctx, func() { b.end(false) })
+}
+
+// backoffWait is one backoffThen's wait.
+type backoffWait struct {
+	p     *agentProbe
+	then  func(goOn bool)
+	mu    sync.Mutex
+	over  bool
+	t     *time.Timer
+	stopC func() bool
+}
+
+// end ends the wait, once: the first caller runs then.
+func (b *backoffWait) end(goOn bool) {
+	b.mu.Lock()
+	if b.over {
+		b.mu.Unlock()
+		return
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	t = time.AfterFunc(d, func() { end(true) })
-	stopR = context.AfterFunc(recovery, func() { end(true) })
-	stopC = context.AfterFunc(ctx, func() { end(false) })
+	b.over = true
+	b.mu.Unlock()
+	b.t.Stop()
+	b.stopC()
+	b.p.mu.Lock()
+	delete(b.p.waits, b)
+	b.p.backedOff--
+	b.p.mu.Unlock()
+	b.then(goOn)
 }
 
 // stale says why the agent cannot serve reads, and since when; "" while
@@ -234,6 +249,14 @@ func (p *agentProbe) observe(ctx context.Context, err error) {
 		p.down = ""
 		p.recover()
 		p.recovered, p.recover = context.WithCancel(context.Background())
+		if waits := p.waits; len(waits) > 0 {
+			p.waits = nil
+			go func() {
+				for b := range waits {
+					b.end(true)
+				}
+			}()
+		}
 		if p.severed >= 2 {
 			p.reconnect()
 			p.reconnected, p.reconnect = context.WithCancel(context.Background())

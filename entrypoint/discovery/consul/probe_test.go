@@ -2,7 +2,9 @@ package consul
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -559,4 +561,41 @@ func webNodes(s model.Snapshot) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// The agent's return ends every wait backing off, from one goroutine:
+// a callback each on the recovery context took a goroutine each, all at
+// once (10,000 of them with as many services).
+func TestTheAgentsReturnEndsTheBackoffsFromOneGoroutine(t *testing.T) {
+	const n = 1000
+	p := newAgentProbe(nil, slog.New(slog.DiscardHandler))
+	ctx := t.Context()
+	p.observe(ctx, fmt.Errorf("connection refused"))
+	release := make(chan struct{})
+	var ended, goOn atomic.Int32
+	for range n {
+		p.backoffThen(ctx, p.recovery(), time.Hour, func(on bool) {
+			if on {
+				goOn.Add(1)
+			}
+			ended.Add(1)
+			<-release
+		})
+	}
+	before := runtime.NumGoroutine()
+	p.observe(ctx, nil) // back
+	testenv.Eventually(t, wait, "a wait ended", func() bool { return ended.Load() > 0 })
+	if more := runtime.NumGoroutine() - before; more > 2 {
+		t.Errorf("the agent's return took %d goroutines at once for %d waits, want at most 2", more, n)
+	}
+	close(release)
+	testenv.Eventually(t, wait, "every wait ended", func() bool { return ended.Load() == n })
+	if got := goOn.Load(); got != n {
+		t.Errorf("%d of %d waits went on", got, n)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.backedOff != 0 || len(p.waits) != 0 {
+		t.Errorf("after the return: %d backed off, %d waits kept", p.backedOff, len(p.waits))
+	}
 }

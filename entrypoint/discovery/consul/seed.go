@@ -160,28 +160,9 @@ func (c *splitCatalog) seeded(name string, index uint64, d [32]byte) (*sub, func
 	return sb, func(setUp func()) { c.runSetUp(ctx, sb, setUp) }
 }
 
-// setUpAtOnce bounds the seeded queries being set up at once. Each takes
-// a goroutine until its request is written (a connection dialled, the
-// request sent) and then waits parked, without one; all at once, 10,000
-// services took 51 MB of stacks for a moment, the most memory the
-// process held in its life (measured with the 10,000 x 10 benchmark).
-const setUpAtOnce = 16
-
 // startOnceServing starts runs now, or once Config.Serving is closed: one
-// goroutine waits for all of them, not one each, and starts the next
-// once one of setUpAtOnce has its first request written.
+// goroutine waits for all of them, not one each.
 func (c *splitCatalog) startOnceServing(runs []func(setUp func())) {
-	start := func() {
-		slots := make(chan struct{}, setUpAtOnce)
-		for _, run := range runs {
-			select {
-			case slots <- struct{}{}:
-			case <-c.ctx.Done():
-				return
-			}
-			c.wg.Go(func() { run(func() { <-slots }) })
-		}
-	}
 	serving := c.s.cfg.Serving
 	select {
 	case <-serving:
@@ -198,6 +179,6 @@ func (c *splitCatalog) startOnceServing(runs []func(setUp func())) {
 				return
 			}
 		}
-		start()
+		c.startAll(runs...)
 	})
 }

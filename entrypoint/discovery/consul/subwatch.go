@@ -18,8 +18,9 @@ import (
 // answer and each failure; a failure is retried with backoff.
 func (c *splitCatalog) run(ctx context.Context, sb *sub) { c.runSetUp(ctx, sb, nil) }
 
-// runSetUp is run, calling setUp (when not nil) once the first request
-// is written or failed: before the loop can wait on anything.
+// runSetUp is run, calling setUp (when not nil) once its first request
+// is written, has failed, or is left to read (which waits on the
+// goroutine): before the loop can wait on anything.
 func (c *splitCatalog) runSetUp(ctx context.Context, sb *sub, setUp func()) {
 	w := &subWatch{c: c, ctx: ctx, sb: sb, bo: c.s.newBackoff(), pace: pacer{burst: 1, interval: minInterval}, setUp: setUp}
 	if sb.kind == partHealth {
@@ -32,9 +33,10 @@ func (c *splitCatalog) runSetUp(ctx context.Context, sb *sub, setUp func()) {
 }
 
 // subWatch is run's loop and what it keeps between answers. A held
-// health query waits for its answer with no goroutine (park.go); the loop
-// goes on, on a new one, once the answer begins: the loop's state cannot
-// live in its frame.
+// health query waits for its answer with no goroutine (park.go), and a
+// failed query waits out its backoff with none; the loop goes on, on a
+// new one, once the answer begins or the wait is over: the loop's state
+// cannot live in its frame.
 type subWatch struct {
 	c   *splitCatalog
 	ctx context.Context
@@ -122,10 +124,16 @@ func (w *subWatch) loop(h *heldHealth) {
 func (c *splitCatalog) backOff(w *subWatch) {
 	c.wg.Add(1) // the query backing off is one of the watches stop waits for
 	c.s.probe.backoffThen(w.ctx, w.recovery, w.bo.Next(), func(goOn bool) {
-		defer c.wg.Done()
-		if goOn {
-			w.loop(nil)
+		if !goOn {
+			c.wg.Done()
+			return
 		}
+		// When the agent is back, every query backing off goes on at once.
+		c.startAll(func(setUp func()) {
+			defer c.wg.Done()
+			w.setUp = setUp
+			w.loop(nil)
+		})
 	})
 }
 
