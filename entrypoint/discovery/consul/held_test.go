@@ -3,6 +3,7 @@ package consul
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
 // holdingServer starts TestHoldingServerProcess, an agent in a process of
@@ -24,8 +27,14 @@ import (
 // its address and the lines it prints, one per request it holds.
 func holdingServer(t *testing.T) (addr string, lines *bufio.Scanner, release func()) {
 	t.Helper()
+	return holdingServerAt(t, "")
+}
+
+// holdingServerAt is holdingServer listening on at ("": any port).
+func holdingServerAt(t *testing.T, at string) (addr string, lines *bufio.Scanner, release func()) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHoldingServerProcess$")
-	cmd.Env = append(os.Environ(), "SEAMLESS_HOLDING_SERVER=1")
+	cmd.Env = append(os.Environ(), "SEAMLESS_HOLDING_SERVER=1", "SEAMLESS_HOLDING_SERVER_ADDR="+at)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -385,6 +394,9 @@ func TestSeededQueriesAreSetUpAFewAtATime(t *testing.T) {
 			t.Fatalf("the server stopped: %v", lines.Err())
 		}
 	}
+	late := setUpFor
+	setUpFor = time.Hour // none gives its place up on a slow machine
+	t.Cleanup(func() { setUpFor = late })
 	var mu sync.Mutex
 	inSetUp, most := 0, 0
 	runs := make([]func(func()), n)
@@ -417,5 +429,85 @@ func TestSeededQueriesAreSetUpAFewAtATime(t *testing.T) {
 	}
 	if most == 0 {
 		t.Error("no seeded query was set up")
+	}
+}
+
+// When the agent is back, the queries backing off go on through the
+// starter too, a few at a time: a goroutine each at once cost as much as
+// the seeded start did.
+func TestTheAgentsReturnSetsTheQueriesUpAFewAtATime(t *testing.T) {
+	const n = 300
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing answers there until the agent is back
+	late := setUpFor
+	setUpFor = time.Hour // none gives its place up on a slow machine
+	t.Cleanup(func() { setUpFor = late })
+	t.Setenv("CONSUL_HTTP_ADDR", addr)
+	t.Setenv("CONSUL_HTTP_TOKEN", "")
+	t.Setenv("CONSUL_HTTP_TOKEN_FILE", "")
+	s, err := New(Config{Watches: n + 16, retry: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newSplitCatalog(context.Background(), s, "", n+16, nil)
+	defer c.stop()
+	go func() { // the failures' events
+		for {
+			select {
+			case <-c.events:
+			case <-c.ctx.Done():
+				return
+			}
+		}
+	}()
+	for i := range n {
+		sb := &sub{kind: partHealth, name: "s" + strconv.Itoa(i), seed: 1}
+		c.wg.Go(func() { c.run(c.ctx, sb) })
+	}
+	testenv.Eventually(t, wait, "every query backing off", func() bool {
+		s.probe.mu.Lock()
+		defer s.probe.mu.Unlock()
+		return s.probe.backedOff >= n
+	})
+	_, lines, release := holdingServerAt(t, addr)
+	defer release()
+
+	before := runtime.NumGoroutine()
+	most := make(chan int)
+	done := make(chan struct{})
+	go func() { // counts itself
+		m := 0
+		tick := time.NewTicker(100 * time.Microsecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				most <- m
+				return
+			case <-tick.C:
+				m = max(m, runtime.NumGoroutine()-before)
+			}
+		}
+	}()
+	s.probe.observe(t.Context(), errors.New("connection refused"))
+	s.probe.observe(t.Context(), nil) // back
+	for held := 0; held < n; {
+		if !lines.Scan() {
+			t.Fatalf("the server stopped: %v", lines.Err())
+		}
+		if strings.HasPrefix(lines.Text(), "/v1/health/service/") {
+			held++
+		}
+	}
+	close(done)
+	// Besides those in set-up, a few: the counter, the one that ends the
+	// waits, the starter's, the two lists' reads held on their goroutines
+	// beneath net/http's, those that just left set-up.
+	if got, want := <-most, n/6; got > want {
+		t.Errorf("the agent's return to %d queries backing off took up to %d goroutines at once, want at most %d", n, got, want)
 	}
 }

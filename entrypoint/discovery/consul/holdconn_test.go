@@ -351,7 +351,7 @@ func TestHoldingServerProcess(t *testing.T) {
 		close(release)
 	}()
 	var mu sync.Mutex
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		fmt.Println(r.URL.Path)
 		mu.Unlock()
@@ -359,6 +359,15 @@ func TestHoldingServerProcess(t *testing.T) {
 		w.Header().Set("X-Consul-Index", "2")
 		fmt.Fprint(w, "[]")
 	}))
+	if addr := os.Getenv("SEAMLESS_HOLDING_SERVER_ADDR"); addr != "" { // where an agent was
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.Listener.Close()
+		srv.Listener = l
+	}
+	srv.Start()
 	fmt.Println(srv.Listener.Addr().String())
 	<-release
 	srv.Close()

@@ -121,9 +121,10 @@ func (p *agentProbe) backoff(ctx, recovery context.Context, d time.Duration) boo
 	return true
 }
 
-// backoffThen is backoff with no goroutine waiting: then runs, on a
-// goroutine of its own, with true once the wait is over and with false
-// if ctx ends first. In an outage every per-service query backs off at
+// backoffThen is backoff with no goroutine waiting: then runs with true
+// once the wait is over and with false if ctx ends first, never on the
+// caller's goroutine; at the agent's return one goroutine runs every
+// wait's then in turn, so then must not block. In an outage every per-service query backs off at
 // once, and a goroutine each would hold its stack for as long.
 func (p *agentProbe) backoffThen(ctx, recovery context.Context, d time.Duration, then func(goOn bool)) {
 	b := &backoffWait{p: p, then: then}

@@ -1,16 +1,24 @@
 package consul
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // setUpAtOnce bounds the per-service queries being set up at once (see
 // starter).
 const setUpAtOnce = 16
 
+// setUpFor is how long one set-up keeps its place; a variable for tests.
+var setUpFor = time.Second
+
 // starter sets per-service queries up a few at a time. Each takes a
 // goroutine until its request is written and then waits parked, without
 // one; but they come in thousands at once (a seeded start, the agent's
 // return to the queries backing off), and 10,000 goroutines at once took
-// 51 MB of stacks for a moment.
+// 51 MB of stacks for a moment. A set-up that takes longer than setUpFor
+// (a dial to an address that does not answer) gives its place up, so
+// that a few such dials do not hold up the rest.
 type starter struct {
 	mu      sync.Mutex
 	queue   []func(setUp func())
@@ -19,8 +27,9 @@ type starter struct {
 }
 
 // startAll runs each of runs on a goroutine of its own once fewer than
-// setUpAtOnce are in set-up. A run calls setUp when its set-up is over.
-// The caller must be one of c.wg's, or hold one of its counts.
+// setUpAtOnce are in set-up. A run calls setUp when its set-up is over,
+// and returns at once when c stops. The caller must be one of c.wg's, or
+// hold one of its counts.
 func (c *splitCatalog) startAll(runs ...func(setUp func())) {
 	st := &c.starter
 	st.mu.Lock()
@@ -48,13 +57,20 @@ func (c *splitCatalog) feed() {
 		run := st.queue[0]
 		st.queue[0], st.queue = nil, st.queue[1:]
 		st.mu.Unlock()
-		release := func() { <-st.slots }
 		select {
 		case st.slots <- struct{}{}:
 		case <-c.ctx.Done():
-			// Stopping: each ends at once, and must (they hold counts of wg).
-			release = func() {}
+			run(func() {}) // returns at once
+			continue
 		}
-		c.wg.Go(func() { run(release) })
+		var once sync.Once
+		release := func() { once.Do(func() { <-st.slots }) }
+		late := time.AfterFunc(setUpFor, release)
+		c.wg.Go(func() {
+			run(func() {
+				late.Stop()
+				release()
+			})
+		})
 	}
 }

@@ -22,6 +22,10 @@ func (c *splitCatalog) run(ctx context.Context, sb *sub) { c.runSetUp(ctx, sb, n
 // is written, has failed, or is left to read (which waits on the
 // goroutine): before the loop can wait on anything.
 func (c *splitCatalog) runSetUp(ctx context.Context, sb *sub, setUp func()) {
+	if ctx.Err() != nil && setUp != nil { // stopped before its turn
+		setUp()
+		return
+	}
 	w := &subWatch{c: c, ctx: ctx, sb: sb, bo: c.s.newBackoff(), pace: pacer{burst: 1, interval: minInterval}, setUp: setUp}
 	if sb.kind == partHealth {
 		w.pace.burst = queryBurst
@@ -128,9 +132,21 @@ func (c *splitCatalog) backOff(w *subWatch) {
 			c.wg.Done()
 			return
 		}
-		// When the agent is back, every query backing off goes on at once.
+		if w.sb.kind != partHealth { // nothing to set up, and not to wait behind those
+			go func() {
+				defer c.wg.Done()
+				w.loop(nil)
+			}()
+			return
+		}
+		// When the agent is back, every query backing off would go on at
+		// once: the starter sets them up a few at a time.
 		c.startAll(func(setUp func()) {
 			defer c.wg.Done()
+			if w.ctx.Err() != nil {
+				setUp()
+				return
+			}
 			w.setUp = setUp
 			w.loop(nil)
 		})
