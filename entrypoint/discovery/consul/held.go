@@ -117,12 +117,13 @@ func durToMsec(d time.Duration) string {
 // waits on an index), its deadline. A context of its own for each would
 // cost as much as the rest of it.
 type heldHealth struct {
-	s            *Source
-	sb           *sub
-	p            *pending
-	index        uint64 // waited on
-	deadline     time.Time
-	stopE, stopR func() bool
+	s         *Source
+	sb        *sub
+	p         *pending
+	index     uint64 // waited on
+	deadline  time.Time
+	c         *splitCatalog
+	onRestart bool // registered with cutAtRestart
 	// A cut (a restart, the agent's return) closes conn while the answer
 	// has not begun; once it has, the deadline bounds it, and its
 	// connection goes back to the pool when read: a cut then must not
@@ -154,8 +155,7 @@ func (c *splitCatalog) holdHealth(w *subWatch, index uint64, wait time.Duration)
 		return nil, nil
 	}
 	// queryOptions' timeout, index being at least 1.
-	h := &heldHealth{s: s, sb: sb, index: index, deadline: time.Now().Add(s.cfg.Margin + s.maxWait()),
-		stopE: func() bool { return false }}
+	h := &heldHealth{s: s, sb: sb, index: index, deadline: time.Now().Add(s.cfg.Margin + s.maxWait()), c: c}
 	s.started.Add(1)
 	var err error
 	if s.agents == nil {
@@ -175,9 +175,10 @@ func (c *splitCatalog) holdHealth(w *subWatch, index uint64, wait time.Duration)
 	}
 	h.conn = h.p.c        // before any cut can run
 	if w.cur.wait() > 0 { // a fresh read answers at once anyway
-		h.stopE = context.AfterFunc(w.epoch, h.cutShort)
+		h.onRestart = true
+		c.cutAtRestart(w.epoch, h)
 	}
-	h.stopR = context.AfterFunc(w.reconnection, h.cutShort)
+	s.probe.cutAtReconnection(w.reconnection, h)
 	return h, nil
 }
 
@@ -194,6 +195,60 @@ func (s *Source) servesEveryAgent() bool {
 		}
 	})
 	return s.holdsAll
+}
+
+// cutAtRestart has h cut short by the restart that ends epoch, at once
+// if it came already. The held queries are kept here, not in a callback
+// each on the context: that took 200 bytes a query, and at the restart a
+// goroutine each at once.
+func (c *splitCatalog) cutAtRestart(epoch context.Context, h *heldHealth) {
+	c.restartMu.Lock()
+	if epoch.Err() == nil { // the current one
+		if c.restartHeld == nil {
+			c.restartHeld = map[*heldHealth]struct{}{}
+		}
+		c.restartHeld[h] = struct{}{}
+		c.restartMu.Unlock()
+		return
+	}
+	c.restartMu.Unlock()
+	h.cutShort()
+}
+
+// cutAtReconnection is cutAtRestart for the agent's return after a cut
+// (agentProbe.reconnection).
+func (p *agentProbe) cutAtReconnection(reconnection context.Context, h *heldHealth) {
+	p.mu.Lock()
+	if reconnection.Err() == nil {
+		if p.reheld == nil {
+			p.reheld = map[*heldHealth]struct{}{}
+		}
+		p.reheld[h] = struct{}{}
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	h.cutShort()
+}
+
+// uncut ends what cutAtRestart and cutAtReconnection set up.
+func (h *heldHealth) uncut() {
+	if h.onRestart {
+		h.c.restartMu.Lock()
+		delete(h.c.restartHeld, h)
+		h.c.restartMu.Unlock()
+	}
+	p := h.s.probe
+	p.mu.Lock()
+	delete(p.reheld, h)
+	p.mu.Unlock()
+}
+
+// cutAll cuts every query of held short.
+func cutAll(held map[*heldHealth]struct{}) {
+	for h := range held {
+		h.cutShort()
+	}
 }
 
 func (h *heldHealth) cutShort() {
@@ -257,8 +312,7 @@ var answerBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 func (h *heldHealth) answer() ([]healthEntry, *api.QueryMeta, error) {
 	s, p := h.s, h.p
 	defer s.finished.Add(1)
-	defer h.stopE()
-	defer h.stopR()
+	defer h.uncut()
 	cut := h.begin()
 	resp, err := p.answer()
 	if err != nil && p.replayable(err) && !cut && time.Now().Before(h.deadline) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -320,7 +322,7 @@ func TestALateCutLeavesThePooledConnectionAlone(t *testing.T) {
 	if _, _, err := h.answer(); err != nil {
 		t.Fatal(err)
 	}
-	h.cutShort() // as an AfterFunc that ran while the answer was read
+	h.cutShort() // as a restart that took h before its uncut
 	if index, err := holdOnce(t, c, w, 1); err != nil || index != 5 {
 		t.Fatalf("the next query: index %d, %v", index, err)
 	}
@@ -509,5 +511,66 @@ func TestTheAgentsReturnSetsTheQueriesUpAFewAtATime(t *testing.T) {
 	// beneath net/http's, those that just left set-up.
 	if got, want := <-most, n/6; got > want {
 		t.Errorf("the agent's return to %d queries backing off took up to %d goroutines at once, want at most %d", n, got, want)
+	}
+}
+
+// closeWaits is a connection whose Close waits for release.
+type closeWaits struct {
+	net.Conn
+	release         chan struct{}
+	closing, closed *atomic.Int32
+}
+
+func (c closeWaits) Close() error {
+	c.closing.Add(1)
+	<-c.release
+	c.closed.Add(1)
+	return nil
+}
+
+// Consul's restart cuts the held queries short on the goroutine that saw
+// it, and the agent's return after a cut on one goroutine: a callback
+// each on the context took 200 bytes a query and, when it ended, a
+// goroutine each at once.
+func TestARestartCutsTheHeldQueriesFromOneGoroutine(t *testing.T) {
+	const n = 1000
+	for _, event := range []string{"restart", "reconnection"} {
+		t.Run(event, func(t *testing.T) {
+			s := &Source{probe: newAgentProbe(nil, slog.New(slog.DiscardHandler))}
+			c := &splitCatalog{s: s}
+			c.ctx, c.cancel = context.WithCancel(t.Context())
+			defer c.cancel()
+			c.restarted, c.restartCancel = context.WithCancel(c.ctx)
+			epoch, reconnection := c.restartCtx(), s.probe.reconnection()
+			release := make(chan struct{})
+			var closing, closed atomic.Int32
+			held := make([]*heldHealth, n)
+			for i := range held {
+				h := &heldHealth{s: s, c: c, onRestart: true, conn: &heldConn{Conn: closeWaits{release: release, closing: &closing, closed: &closed}}}
+				c.cutAtRestart(epoch, h)
+				s.probe.cutAtReconnection(reconnection, h)
+				held[i] = h
+			}
+			before := runtime.NumGoroutine()
+			if event == "restart" {
+				go c.restart()
+			} else {
+				s.probe.observe(t.Context(), errors.New("connection refused"))
+				s.probe.observe(t.Context(), errors.New("connection refused")) // cut from its servers
+				s.probe.observe(t.Context(), nil)
+			}
+			testenv.Eventually(t, wait, "a cut", func() bool { return closing.Load() > 0 })
+			if more := runtime.NumGoroutine() - before; more > 2 {
+				t.Errorf("the %s took %d goroutines at once for %d held queries, want at most 2", event, more, n)
+			}
+			close(release)
+			testenv.Eventually(t, wait, "every held query cut", func() bool { return closed.Load() == n })
+			for _, h := range held {
+				h.uncut()
+			}
+			if len(c.restartHeld) != 0 || len(s.probe.reheld) != 0 {
+				t.Errorf("after uncut: %d kept for a restart, %d for a reconnection", len(c.restartHeld), len(s.probe.reheld))
+			}
+		})
 	}
 }

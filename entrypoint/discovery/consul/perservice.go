@@ -144,6 +144,7 @@ type splitCatalog struct {
 	restartMu     sync.Mutex
 	restarted     context.Context
 	restartCancel context.CancelFunc
+	restartHeld   map[*heldHealth]struct{} // cut short by the next restart (cutAtRestart)
 }
 
 // maxDirect is how many services are read from the servers at once.
@@ -167,12 +168,16 @@ func (c *splitCatalog) stop() {
 }
 
 // restart tells every sub-watch to read afresh: it cuts short the
-// blocking queries in flight, and the others read afresh next time.
+// blocking queries in flight (the held ones on the caller's goroutine),
+// and the others read afresh next time.
 func (c *splitCatalog) restart() {
 	c.restartMu.Lock()
-	defer c.restartMu.Unlock()
 	c.restartCancel()
 	c.restarted, c.restartCancel = context.WithCancel(c.ctx)
+	held := c.restartHeld
+	c.restartHeld = nil
+	c.restartMu.Unlock()
+	cutAll(held)
 }
 
 func (c *splitCatalog) restartCtx() context.Context {

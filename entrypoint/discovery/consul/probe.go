@@ -65,6 +65,9 @@ type agentProbe struct {
 	// here, by one goroutine, rather than by a callback each on the
 	// context (a goroutine each, thousands at once).
 	waits map[*backoffWait]struct{}
+	// reheld are the held queries that the end of reconnected cuts
+	// short (cutAtReconnection).
+	reheld map[*heldHealth]struct{}
 }
 
 func newAgentProbe(ask func(context.Context) error, log *slog.Logger) *agentProbe {
@@ -261,6 +264,10 @@ func (p *agentProbe) observe(ctx context.Context, err error) {
 		if p.severed >= 2 {
 			p.reconnect()
 			p.reconnected, p.reconnect = context.WithCancel(context.Background())
+			if held := p.reheld; len(held) > 0 {
+				p.reheld = nil
+				go cutAll(held)
+			}
 		}
 		p.severed = 0
 	}
