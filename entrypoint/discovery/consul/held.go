@@ -202,32 +202,29 @@ func (s *Source) servesEveryAgent() bool {
 // each on the context: that took 200 bytes a query, and at the restart a
 // goroutine each at once.
 func (c *splitCatalog) cutAtRestart(epoch context.Context, h *heldHealth) {
-	c.restartMu.Lock()
-	if epoch.Err() == nil { // the current one
-		if c.restartHeld == nil {
-			c.restartHeld = map[*heldHealth]struct{}{}
-		}
-		c.restartHeld[h] = struct{}{}
-		c.restartMu.Unlock()
-		return
-	}
-	c.restartMu.Unlock()
-	h.cutShort()
+	cutAtEnd(&c.restartMu, &c.restartHeld, epoch, h)
 }
 
 // cutAtReconnection is cutAtRestart for the agent's return after a cut
 // (agentProbe.reconnection).
 func (p *agentProbe) cutAtReconnection(reconnection context.Context, h *heldHealth) {
-	p.mu.Lock()
-	if reconnection.Err() == nil {
-		if p.reheld == nil {
-			p.reheld = map[*heldHealth]struct{}{}
+	cutAtEnd(&p.mu, &p.reheld, reconnection, h)
+}
+
+// cutAtEnd adds h to held, the set that whoever ends ctx cuts short under
+// mu, or cuts h at once if ctx has ended already: ctx is then no longer
+// the one held belongs to.
+func cutAtEnd(mu *sync.Mutex, held *map[*heldHealth]struct{}, ctx context.Context, h *heldHealth) {
+	mu.Lock()
+	if ctx.Err() == nil {
+		if *held == nil {
+			*held = map[*heldHealth]struct{}{}
 		}
-		p.reheld[h] = struct{}{}
-		p.mu.Unlock()
+		(*held)[h] = struct{}{}
+		mu.Unlock()
 		return
 	}
-	p.mu.Unlock()
+	mu.Unlock()
 	h.cutShort()
 }
 
