@@ -98,30 +98,9 @@ func (p *agentProbe) reconnection() context.Context {
 // (recovery, taken before the failed request, ends); it reports whether
 // ctx is still alive.
 func (p *agentProbe) backoff(ctx, recovery context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil // no wait (the per-service queries wait on their own)
-	}
-	p.mu.Lock()
-	p.backedOff++
-	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		p.backedOff--
-		p.mu.Unlock()
-	}()
-	select {
-	case p.kick <- struct{}{}:
-	default:
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-	case <-recovery.Done():
-	}
-	return true
+	done := make(chan bool, 1)
+	p.backoffThen(ctx, recovery, d, func(goOn bool) { done <- goOn })
+	return <-done
 }
 
 // backoffThen is backoff with no goroutine waiting: then runs with true
