@@ -164,19 +164,17 @@ func (c *splitCatalog) seeded(name string, index uint64, d [32]byte) (*sub, func
 // goroutine waits for all of them, not one each.
 func (c *splitCatalog) startOnceServing(runs []func(setUp func())) {
 	serving := c.s.cfg.Serving
-	select {
-	case <-serving:
-	default:
-		if serving != nil {
-			c.s.log.Debug("the per-service queries wait until HAProxy serves", "services", len(runs))
-		}
-	}
 	c.wg.Go(func() {
 		if serving != nil {
 			select {
 			case <-serving:
-			case <-c.ctx.Done():
-				return
+			default:
+				c.s.log.Debug("the per-service queries wait until HAProxy serves", "services", len(runs))
+				select {
+				case <-serving:
+				case <-c.ctx.Done():
+					return
+				}
 			}
 		}
 		c.startAll(runs...)
