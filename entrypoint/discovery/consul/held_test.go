@@ -54,6 +54,38 @@ func holdingServerAt(t *testing.T, at string) (addr string, lines *bufio.Scanner
 	return lines.Text(), lines, func() { stdin.Close() }
 }
 
+// heldCatalog is a per-service catalog of room for n services, reading
+// from a holding server whose lines are returned, past the service and
+// node lists' requests.
+func heldCatalog(t *testing.T, n int) (*splitCatalog, *bufio.Scanner) {
+	t.Helper()
+	addr, lines, release := holdingServer(t)
+	t.Setenv("CONSUL_HTTP_ADDR", addr)
+	t.Setenv("CONSUL_HTTP_TOKEN", "")
+	t.Setenv("CONSUL_HTTP_TOKEN_FILE", "")
+	s, err := New(Config{Watches: n + 16}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newSplitCatalog(context.Background(), s, "", n+16, nil)
+	t.Cleanup(c.stop)
+	t.Cleanup(release) // first: the held queries answer, then stop waits for them
+	for range 2 {
+		if !lines.Scan() {
+			t.Fatalf("the server stopped: %v", lines.Err())
+		}
+	}
+	return c, lines
+}
+
+// noLateSetUps keeps every set-up's place for the test: none gives it up
+// on a slow machine.
+func noLateSetUps(t *testing.T) {
+	late := setUpFor
+	setUpFor = time.Hour
+	t.Cleanup(func() { setUpFor = late })
+}
+
 // heapAndStacks is the live heap and the goroutines' stacks, in bytes.
 func heapAndStacks() (heap, stacks int64) {
 	for range 3 { // a stack shrinks at most once per collection
@@ -70,22 +102,7 @@ func heapAndStacks() (heap, stacks int64) {
 // a read for each, 2 to 8 KiB of stack apiece.
 func TestAWatchedServiceCostsASmallStack(t *testing.T) {
 	const n = 200
-	addr, lines, release := holdingServer(t)
-	t.Setenv("CONSUL_HTTP_ADDR", addr)
-	t.Setenv("CONSUL_HTTP_TOKEN", "")
-	t.Setenv("CONSUL_HTTP_TOKEN_FILE", "")
-	s, err := New(Config{Watches: n + 16}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := newSplitCatalog(context.Background(), s, "", n+16, nil)
-	defer c.stop()
-	defer release()
-	for range 2 { // the service and node lists
-		if !lines.Scan() {
-			t.Fatalf("the server stopped: %v", lines.Err())
-		}
-	}
+	c, lines := heldCatalog(t, n)
 	heapBefore, stacksBefore := heapAndStacks()
 	goroutines := runtime.NumGoroutine()
 	for i := range n {
@@ -380,25 +397,8 @@ func TestAHeldQueryIsNotHeldWhenAnotherAgentIsProxied(t *testing.T) {
 // once took 51 MB of stacks for a moment, the most the process held.
 func TestSeededQueriesAreSetUpAFewAtATime(t *testing.T) {
 	const n = 500
-	addr, lines, release := holdingServer(t)
-	t.Setenv("CONSUL_HTTP_ADDR", addr)
-	t.Setenv("CONSUL_HTTP_TOKEN", "")
-	t.Setenv("CONSUL_HTTP_TOKEN_FILE", "")
-	s, err := New(Config{Watches: n + 16}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := newSplitCatalog(context.Background(), s, "", n+16, nil)
-	defer c.stop()
-	defer release()
-	for range 2 { // the service and node lists
-		if !lines.Scan() {
-			t.Fatalf("the server stopped: %v", lines.Err())
-		}
-	}
-	late := setUpFor
-	setUpFor = time.Hour // none gives its place up on a slow machine
-	t.Cleanup(func() { setUpFor = late })
+	c, lines := heldCatalog(t, n)
+	noLateSetUps(t)
 	var mu sync.Mutex
 	inSetUp, most := 0, 0
 	runs := make([]func(func()), n)
@@ -445,9 +445,7 @@ func TestTheAgentsReturnSetsTheQueriesUpAFewAtATime(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close() // nothing answers there until the agent is back
-	late := setUpFor
-	setUpFor = time.Hour // none gives its place up on a slow machine
-	t.Cleanup(func() { setUpFor = late })
+	noLateSetUps(t)
 	t.Setenv("CONSUL_HTTP_ADDR", addr)
 	t.Setenv("CONSUL_HTTP_TOKEN", "")
 	t.Setenv("CONSUL_HTTP_TOKEN_FILE", "")
