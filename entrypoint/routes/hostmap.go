@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"sync"
 )
 
 // HAProxy tries a frontend's use_backend rules one by one: with a rule per
@@ -77,4 +78,37 @@ func removeHostMaps(dir, keep string) {
 			os.Remove(p)
 		}
 	}
+}
+
+// mapSweep tells when the state directory needs a sweep for hosts maps:
+// at the first commit (an earlier run's maps), and after a rendering that
+// named a map other than the one kept (it may have been written, and not
+// taken). Otherwise a commit keeps the map HAProxy reads already, and
+// nothing else can be there: a listing of the directory per change saved.
+type mapSweep struct {
+	mu    sync.Mutex
+	swept bool   // once, by this renderer
+	kept  string // the map of the last sweep ("": none)
+	other bool   // a rendering named another map since
+}
+
+// rendered notes the map a rendering names.
+func (m *mapSweep) rendered(path string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if path != m.kept {
+		m.other = true
+	}
+}
+
+// sweep reports whether a commit of path must sweep, and notes that it
+// does.
+func (m *mapSweep) sweep(path string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.swept && !m.other && path == m.kept {
+		return false
+	}
+	m.swept, m.kept, m.other = true, path, false
+	return true
 }

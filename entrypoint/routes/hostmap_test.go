@@ -121,3 +121,60 @@ func TestACommitKeepsOnlyItsHostsMap(t *testing.T) {
 		t.Fatalf("after a commit with other hosts: %v", got)
 	}
 }
+
+// A commit that keeps the map HAProxy reads already does not list the
+// directory: nothing but a rendering can have put a map there since. A
+// rendering naming another map (written, then not taken) brings the sweep
+// back at the next commit.
+func TestACommitOfTheSameHostsMapSweepsNothing(t *testing.T) {
+	dir := t.TempDir()
+	var insts []model.Instance
+	for i := range 3 {
+		insts = append(insts, inst(fmt.Sprintf("svc%d", i), fmt.Sprintf("svc%d-1", i), "10.0.0.1", 8000+i,
+			fmt.Sprintf("seamless.http.host=h%d.example", i)))
+	}
+	r := mustNew(t, Options{HTTPBind: "127.0.0.1:18080", HostMapDir: dir, hostMapMin: 2})
+	render := func(c model.State) model.Rendering {
+		t.Helper()
+		out, err := r.Render(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.Files) != 1 {
+			t.Fatalf("files: %+v", out.Files)
+		}
+		if err := os.WriteFile(out.Files[0].Path, out.Files[0].Data, 0o640); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
+	first := render(catalog(insts...))
+	first.Commit()
+	// Put there behind the renderer's back: only a sweep would remove it.
+	marker := filepath.Join(dir, "hosts-00000000000000000000000000000000.map")
+	if err := os.WriteFile(marker, []byte("x\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	moved := slices.Clone(insts)
+	moved[0].Port = 9000
+	same := render(catalog(moved...))
+	if same.Files[0].Path != first.Files[0].Path {
+		t.Fatalf("a port changed the hosts map: %s, then %s", first.Files[0].Path, same.Files[0].Path)
+	}
+	same.Commit()
+	if !exists(marker) {
+		t.Fatal("a commit of the map HAProxy reads already listed the directory")
+	}
+	other := render(catalog(insts[1:]...)) // written, never committed: refused
+	again := render(catalog(moved...))
+	again.Commit()
+	for _, p := range []string{marker, other.Files[0].Path} {
+		if exists(p) {
+			t.Errorf("after a rendering named another map, a commit left %s", p)
+		}
+	}
+	if !exists(again.Files[0].Path) {
+		t.Errorf("the commit removed its own map %s", again.Files[0].Path)
+	}
+}

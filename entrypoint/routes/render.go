@@ -38,6 +38,7 @@ type Renderer struct {
 	stateFile string
 	mapDir    string // "": no hosts map (hostmap.go)
 	mapMin    int
+	maps      mapSweep
 	table     *SlotTable
 	refusals  *Refusals
 	frags     fragments    // the backends' text by their inputs
@@ -127,15 +128,16 @@ func (r *Renderer) Render(st model.State) (model.Rendering, error) {
 	if len(out.Files) > 0 {
 		mapPath = out.Files[0].Path
 	}
+	r.maps.rendered(mapPath)
 	out.Commit = func() { r.commit(plan, skipped); r.keepMap(mapPath); r.http.tls.commitHosts(out.Routes) }
 	return out, nil
 }
 
 // keepMap removes the hosts maps but path, which HAProxy now reads ("":
 // none): those an earlier run left, and those of renderings HAProxy did
-// not take. A listing of the state directory per commit.
+// not take.
 func (r *Renderer) keepMap(path string) {
-	if r.mapDir != "" {
+	if r.mapDir != "" && r.maps.sweep(path) {
 		removeHostMaps(r.mapDir, path)
 	}
 }
