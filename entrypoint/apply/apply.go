@@ -80,6 +80,7 @@ type Applier struct {
 	merger   model.Merger    // merges latest, reading only what changed
 	fresh    map[string]bool // answered since start (not from disk)
 	unsaved  map[string]bool // sources whose latest snapshot is not on disk
+	unsynced bool            // Path was renamed without a sync (a runtime change)
 	wanted   []model.Query
 	running  []byte            // the bytes of Path, which HAProxy runs
 	runRend  *model.Rendering  // the rendering behind running, when known

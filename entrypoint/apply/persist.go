@@ -30,7 +30,7 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 // writeFileWith is WriteFile with the content written by write, so that
 // a large content need not be held whole in memory first.
 func writeFileWith(path string, perm os.FileMode, write func(io.Writer) error) error {
-	tmp, err := writeTemp(path, perm, write)
+	tmp, err := writeTemp(path, perm, true, write)
 	if err != nil {
 		return err
 	}
@@ -38,9 +38,9 @@ func writeFileWith(path string, perm os.FileMode, write func(io.Writer) error) e
 	return rename(tmp, path)
 }
 
-// writeTemp writes and syncs a file beside path, under a name of its own
-// that it returns.
-func writeTemp(path string, perm os.FileMode, write func(io.Writer) error) (string, error) {
+// writeTemp writes a file beside path, under a name of its own that it
+// returns, and syncs it when durable.
+func writeTemp(path string, perm os.FileMode, durable bool, write func(io.Writer) error) (string, error) {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return "", err
@@ -50,8 +50,8 @@ func writeTemp(path string, perm os.FileMode, write func(io.Writer) error) (stri
 	if err == nil {
 		err = f.Chmod(perm)
 	}
-	if err == nil {
-		err = f.Sync()
+	if err == nil && durable {
+		err = fsync(f)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -71,8 +71,30 @@ func rename(tmp, path string) error {
 	return syncDir(filepath.Dir(path))
 }
 
-// stagedFile is a file being written and synced under a temporary name
-// while something else happens, which takes its name only at commit.
+// fsync is (*os.File).Sync; tests count the calls.
+var fsync = (*os.File).Sync
+
+// syncFile makes what path holds now durable, with its name: what a
+// rename without sync (stageFile) left to the page cache.
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	err = fsync(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// stagedFile is a file being written under a temporary name while
+// something else happens, which takes its name only at commit. It is not
+// synced: readers see it whole once renamed, and syncFile makes it
+// durable later, with the snapshots (Applier.saveNow).
 type stagedFile struct {
 	path string
 	done chan struct{}
@@ -86,7 +108,7 @@ func stageFile(path string, data []byte, perm os.FileMode) *stagedFile {
 	s := &stagedFile{path: path, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		s.tmp, s.err = writeTemp(path, perm, func(w io.Writer) error {
+		s.tmp, s.err = writeTemp(path, perm, false, func(w io.Writer) error {
 			_, err := w.Write(data)
 			return err
 		})
@@ -100,8 +122,11 @@ func (s *stagedFile) commit() error {
 	if s.err != nil {
 		return s.err
 	}
-	defer os.Remove(s.tmp) // after a successful rename this fails harmlessly
-	return rename(s.tmp, s.path)
+	if err := os.Rename(s.tmp, s.path); err != nil {
+		os.Remove(s.tmp)
+		return err
+	}
+	return nil
 }
 
 // discard waits for the write and removes what it wrote.
@@ -118,7 +143,7 @@ func syncDir(dir string) error {
 		return err
 	}
 	defer d.Close()
-	return d.Sync()
+	return fsync(d)
 }
 
 // saved is a snapshot as kept on disk: Snapshot.Results has struct keys,

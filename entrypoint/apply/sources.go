@@ -66,9 +66,12 @@ const saveEvery = 10 * time.Second
 
 // save writes the snapshots taken since the last save: once per apply,
 // not once per snapshot, and within saveEvery of the last save not at all:
-// saveDue then says when Run saves them.
+// saveDue then says when Run saves them. A configuration a runtime change
+// wrote is synced with them: the file is what runs from its rename on,
+// and at a start only an incomplete rendering would read it back, which
+// the snapshots (as far behind) complete first.
 func (a *Applier) save() {
-	if a.opts.ReadOnly || len(a.unsaved) == 0 {
+	if a.opts.ReadOnly || len(a.unsaved) == 0 && !a.unsynced {
 		return
 	}
 	if now := time.Now(); now.Before(a.savedAt.Add(saveEvery)) {
@@ -94,7 +97,7 @@ func (a *Applier) saveNow() {
 		return
 	}
 	a.savedAt, a.saveDue = time.Now(), time.Time{}
-	if len(a.unsaved) == 0 {
+	if len(a.unsaved) == 0 && !a.unsynced {
 		return
 	}
 	a.saves++
@@ -103,8 +106,17 @@ func (a *Applier) saveNow() {
 		snaps = append(snaps, a.latest[name])
 	}
 	clear(a.unsaved)
+	unsynced := a.unsynced
+	a.unsynced = false
 	a.saving.Wait()
 	a.saving.Go(func() {
+		// A later rename meanwhile sets unsynced again.
+		if unsynced {
+			if err := syncFile(a.opts.Path); err != nil {
+				a.log.Warn("cannot sync the configuration file; a crash of the machine could lose its last changes",
+					"path", a.opts.Path, "err", err)
+			}
+		}
 		for _, s := range snaps {
 			if err := saveSnapshot(a.opts.StateDir, s, time.Now()); err != nil {
 				a.log.Warn("cannot save the source's snapshot; a restart while it is unreachable would start without it",
