@@ -11,10 +11,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"strings"
 
 	"github.com/seamless-lb/seamless/entrypoint/config"
+	"github.com/seamless-lb/seamless/internal/gcheadroom"
 )
 
 // Set with -ldflags "-X main.version=... -X main.commit=...".
@@ -39,9 +39,15 @@ func main() {
 // win.
 const defaultGOGC = 30
 
+// minHeadroom is the least the heap may grow between collections when
+// GOGC is not set: on a small catalog (a live heap of 4 MB at 100 × 10)
+// 30 % collected after every megabyte, more than once per change. At
+// 1000 × 10 and above 30 % is more.
+const minHeadroom = 4 << 20
+
 func collectorHeadroom() {
 	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(defaultGOGC)
+		gcheadroom.Start(defaultGOGC, minHeadroom)
 	}
 }
 
