@@ -212,6 +212,12 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 		rt := haproxy.Runtime{CLI: cli, Connected: func(via string) { m.RuntimeConns.WithLabelValues(via).Inc() }}
 		if p := workerSocket(cfg.RunDir); p != "" {
 			rt.Worker = haproxy.NewWorkerSocket(p)
+			rt.Generation = func() uint64 {
+				if r := reloader(); r != nil {
+					return r.Generation()
+				}
+				return 1 // no reloader yet: as if one were in flight
+			}
 		}
 		opts.Runtime = rt
 	}

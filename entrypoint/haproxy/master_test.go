@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -235,28 +236,10 @@ func recordingMaster(t *testing.T, addr string) (*MasterCLI, func() []string) {
 // master's current worker, follows a reload to the new worker, and falls
 // back to the master when the socket reaches no one.
 func TestRuntimeOverTheWorkerSocketRealHAProxy(t *testing.T) {
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "haproxy.cfg")
-	writeConfig(t, cfg, testenv.FreePort(t), "")
-	wsock := filepath.Join(dir, "worker.sock")
-	b, err := os.ReadFile(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The defaults file's global section, as seamless loads it.
-	b = append(b, Defaults{WorkerSocket: wsock}.File(Directives{})+
-		"backend web\n    server s1 127.0.0.1:1 disabled\n    server s2 127.0.0.1:2\n"+
-		"backend api\n    server s1 127.0.0.1:3\n"...)
-	if err := os.WriteFile(cfg, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	direct := startMaster(t, cfg)
+	h := startWithWorkerSocket(t)
+	cfg, wsock, b, direct, master, seen := h.cfg, h.wsock, h.config, h.direct, h.master, h.seen
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if _, err := direct.WaitWorkerReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	master, seen := recordingMaster(t, direct.Addr)
 	var vias []string
 	rt := Runtime{CLI: master, Worker: NewWorkerSocket(wsock), Connected: func(v string) { vias = append(vias, v) }}
 	// went checks that every connection since the last call went via.
@@ -404,6 +387,98 @@ func TestRuntimeOverTheWorkerSocketRealHAProxy(t *testing.T) {
 	}
 	went(ViaMaster)
 	refusedAndRead(t, ctx, rt)
+}
+
+// workerSocketHAProxy is a master whose worker binds the worker socket,
+// with backends web (s1 disabled, s2) and api (s1).
+type workerSocketHAProxy struct {
+	cfg, wsock string
+	config     []byte          // cfg's content
+	direct     *MasterCLI      // the master CLI
+	master     *MasterCLI      // the master CLI, through recordingMaster
+	seen       func() []string // the lines sent to master
+}
+
+func startWithWorkerSocket(t *testing.T) workerSocketHAProxy {
+	t.Helper()
+	dir := t.TempDir()
+	h := workerSocketHAProxy{cfg: filepath.Join(dir, "haproxy.cfg"), wsock: filepath.Join(dir, "worker.sock")}
+	writeConfig(t, h.cfg, testenv.FreePort(t), "")
+	b, err := os.ReadFile(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The defaults file's global section, as seamless loads it.
+	h.config = append(b, Defaults{WorkerSocket: h.wsock}.File(Directives{})+
+		"backend web\n    server s1 127.0.0.1:1 disabled\n    server s2 127.0.0.1:2\n"+
+		"backend api\n    server s1 127.0.0.1:3\n"...)
+	if err := os.WriteFile(h.cfg, h.config, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.direct = startMaster(t, h.cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := h.direct.WaitWorkerReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.master, h.seen = recordingMaster(t, h.direct.Addr)
+	return h
+}
+
+// With a reload generation, the worker socket asks the master which
+// worker is current once per generation, not before every change: a
+// `show proc` on a connection of its own was one of the two connections
+// each change cost. A reload (the generation moving, odd while in flight)
+// makes it ask again, and it follows the new worker.
+func TestTheWorkerSocketAsksTheMasterOncePerGenerationRealHAProxy(t *testing.T) {
+	h := startWithWorkerSocket(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var gen atomic.Uint64
+	rt := Runtime{CLI: h.master, Worker: NewWorkerSocket(h.wsock), Generation: gen.Load}
+	asked := func() (n int) {
+		for _, l := range h.seen() {
+			if l == "show proc" {
+				n++
+			}
+		}
+		return n
+	}
+	for w := 1; w <= 3; w++ {
+		applyAndRead(t, ctx, rt, w)
+	}
+	if n := asked(); n != 1 {
+		t.Errorf("three changes in one generation asked show proc %d times, want 1: %q", n, h.seen())
+	}
+	if n := len(h.seen()); n != 1 {
+		t.Errorf("three changes went %d times to the master, want once (show proc): %q", n, h.seen())
+	}
+	gen.Add(1) // a reload begins
+	applyAndRead(t, ctx, rt, 4)
+	applyAndRead(t, ctx, rt, 5)
+	if n := asked(); n != 3 {
+		t.Errorf("during a reload each change must ask show proc: %d asks in all, want 3", n)
+	}
+	res, err := h.direct.Reload(ctx)
+	if err != nil || !res.OK {
+		t.Fatalf("reload: %+v %v", res, err)
+	}
+	if _, err := h.direct.WaitWorkerReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gen.Add(1)                  // it ended
+	applyAndRead(t, ctx, rt, 6) // the new worker, over its socket
+	applyAndRead(t, ctx, rt, 7)
+	if n := asked(); n != 4 {
+		t.Errorf("after the reload show proc was asked %d times in all, want 4", n)
+	}
+	out, err := h.direct.Do(ctx, "@1 show servers state web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := ParseServersState(out); err != nil || len(st) != 2 || st[1].Weight != 7 {
+		t.Errorf("the worker the master keeps has web %+v (%v), want s2 at weight 7", st, err)
+	}
 }
 
 // applyAndRead sets web/s2's weight and web/s1 ready with their read-back

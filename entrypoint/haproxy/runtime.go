@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -25,6 +26,14 @@ type Runtime struct {
 	// commands went (ViaWorker or ViaMaster): a worker socket that is
 	// declared but never used costs a dial and a `show proc` every time.
 	Connected func(via string)
+	// Generation, when set, is reload.Reloader.Generation: while it stays
+	// even and the same, the worker socket trusts the worker it last found
+	// current (its `show info` Pid still checked), rather than asking the
+	// master's `show proc` on a connection of its own before every change
+	// (at 100 services × 10, one of the two connections a change made). A
+	// reload typed on the master CLI by hand does not move it: until the
+	// new worker holds the socket, changes would reach the old one.
+	Generation func() uint64
 }
 
 // The ways a runtime connection can go.
@@ -38,7 +47,14 @@ const (
 // the master keeps (a reload that failed or is still loading), so every
 // connection starts with `show info`, and its answers count only when
 // that names the master's current worker.
-type WorkerSocket struct{ cli *MasterCLI }
+type WorkerSocket struct {
+	cli *MasterCLI
+
+	mu    sync.Mutex
+	known bool   // pid was the master's current worker at generation gen
+	pid   int    //
+	gen   uint64 //
+}
 
 // NewWorkerSocket returns the worker socket at path.
 func NewWorkerSocket(path string) *WorkerSocket {
@@ -49,24 +65,60 @@ func NewWorkerSocket(path string) *WorkerSocket {
 // reports false when they must go through the master instead: the socket
 // is gone or refuses (then nothing was sent), or it reached another
 // process (whose state does not count; the commands are idempotent).
-func (w *WorkerSocket) do(ctx context.Context, master *MasterCLI, cmds []string) (string, bool, error) {
-	procs, err := master.ShowProc(ctx)
-	if err != nil || len(procs.Workers) != 1 {
-		return "", false, nil
+// gen, when not nil, is Runtime.Generation.
+func (w *WorkerSocket) do(ctx context.Context, master *MasterCLI, gen func() uint64, cmds []string) (string, bool, error) {
+	g, steady := uint64(0), false
+	if gen != nil {
+		g = gen()
+		steady = g%2 == 0
+	}
+	pid, known := w.current(steady, g)
+	if !known {
+		procs, err := master.ShowProc(ctx)
+		if err != nil || len(procs.Workers) != 1 {
+			return "", false, nil
+		}
+		pid = procs.Workers[0].Pid
 	}
 	out, err := w.cli.Do(ctx, "show info; "+strings.Join(cmds, "; "))
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT):
+		w.forget()
 		return "", false, nil
 	case err != nil:
+		w.forget()
 		return "", true, err
 	}
 	// Each answer ends with an empty line; show info has none inside.
 	info, rest, ok := strings.Cut(out, "\n\n")
-	if !ok || infoPid(info) != procs.Workers[0].Pid {
+	if !ok || infoPid(info) != pid {
+		w.forget()
 		return "", false, nil
 	}
+	if steady && gen() == g {
+		w.remember(pid, g)
+	}
 	return rest, true, nil
+}
+
+// current is the worker last found current, if the generation g (steady:
+// no reload in flight) is the one it was found at.
+func (w *WorkerSocket) current(steady bool, g uint64) (int, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pid, steady && w.known && w.gen == g
+}
+
+func (w *WorkerSocket) remember(pid int, g uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.known, w.pid, w.gen = true, pid, g
+}
+
+func (w *WorkerSocket) forget() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.known = false
 }
 
 // infoPid is the Pid of `show info`, or 0.
@@ -83,7 +135,7 @@ func infoPid(out string) int {
 // do sends cmds in one connection to the current worker.
 func (r Runtime) do(ctx context.Context, cmds []string) (string, error) {
 	if r.Worker != nil {
-		if out, used, err := r.Worker.do(ctx, r.CLI, cmds); used {
+		if out, used, err := r.Worker.do(ctx, r.CLI, r.Generation, cmds); used {
 			r.connected(ViaWorker)
 			return out, err
 		}

@@ -76,6 +76,7 @@ type Reloader struct {
 	closing context.Context
 	close   context.CancelFunc
 	busy    atomic.Bool
+	gen     atomic.Uint64 // reload attempts begun and ended
 }
 
 // New returns a Reloader. tap may be nil; log may be nil.
@@ -158,7 +159,9 @@ func (r *Reloader) Run(ctx context.Context) {
 			continue
 		}
 		r.busy.Store(true)
+		r.gen.Add(1)
 		o := r.reload(ctx, reasons)
+		r.gen.Add(1)
 		r.busy.Store(false)
 		if r.OnDone != nil {
 			r.OnDone(o)
@@ -187,6 +190,13 @@ func (r *Reloader) isClosed() bool { return r.closing.Err() != nil }
 // Busy reports whether a reload is in flight; a signal forwarded to the
 // master while it re-executes would be lost or kill it.
 func (r *Reloader) Busy() bool { return r.busy.Load() }
+
+// Generation counts the reload attempts begun and ended: odd while one is
+// in flight. Only a reload changes the master's current worker (the
+// master exits when it dies, and seamless with it), so while the
+// generation stays even and the same, the current worker is the one
+// found last (haproxy.Runtime.Generation).
+func (r *Reloader) Generation() uint64 { return r.gen.Load() }
 
 func (r *Reloader) reload(ctx context.Context, reasons []string) Outcome {
 	start := time.Now()

@@ -302,3 +302,26 @@ func TestTheCheckerLearnsWhatRuns(t *testing.T) {
 		t.Errorf("Loaded calls %v, want [true false]", c.loaded)
 	}
 }
+
+// The generation is odd while a reload is in flight and moves at each
+// reload's start and end, failed ones too: the runtime API trusts the
+// worker it last found current only while it stays even and the same.
+func TestTheGenerationMovesAtEveryReload(t *testing.T) {
+	g := &gateMaster{started: make(chan struct{}), release: make(chan bool)}
+	r, _, outcomes := run(t, g, checkFunc(func(context.Context) error { return nil }))
+	if n := r.Generation(); n != 0 {
+		t.Fatalf("before any reload: generation %d, want 0", n)
+	}
+	for i, ok := range []bool{true, false} {
+		r.Request("SIGHUP")
+		<-g.started
+		if n := r.Generation(); n != uint64(2*i+1) {
+			t.Errorf("reload %d in flight: generation %d, want %d", i+1, n, 2*i+1)
+		}
+		g.release <- ok
+		next(t, outcomes)
+		if n := r.Generation(); n != uint64(2*i+2) {
+			t.Errorf("after reload %d: generation %d, want %d", i+1, n, 2*i+2)
+		}
+	}
+}
