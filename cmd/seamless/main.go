@@ -39,10 +39,10 @@ func main() {
 // win.
 const defaultGOGC = 30
 
-// minHeadroom is the least the heap may grow between collections when
-// GOGC is not set: on a small catalog (a live heap of 4 MB at 100 × 10)
-// 30 % collected after every megabyte, more than once per change. At
-// 1000 × 10 and above 30 % is more.
+// minHeadroom is the headroom GOGC is raised towards (at most to 100)
+// when GOGC is not set: on a small catalog (a live heap of 4 MB at 100 ×
+// 10) 30 % collected after every megabyte, more than once per change.
+// From about 14 MB of live heap on (1000 × 10 has 18) 30 % is more.
 const minHeadroom = 4 << 20
 
 func collectorHeadroom() {

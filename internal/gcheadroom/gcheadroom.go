@@ -1,5 +1,6 @@
 // Package gcheadroom keeps the garbage collector's headroom above the
-// live heap a fraction of it (GOGC), but never less than a floor.
+// live heap a fraction of it (GOGC), raised towards a floor as far as
+// Go's default GOGC of 100 allows.
 //
 // A low GOGC keeps a large heap small, and on a small one makes the
 // collector run after every few hundred kilobytes: at 100 services × 10
@@ -59,10 +60,15 @@ func Start(percent int, floor uint64) (stop func()) {
 	}
 }
 
+// sentinel is what arm registers the cleanup on. It holds a pointer: a
+// small object without could share a block of the tiny allocator with a
+// live one, and its cleanup would then never run, ending the tuning.
+type sentinel struct{ _ *byte }
+
 // arm registers a cleanup on an object nothing holds: the next collection
 // finds it unreachable and runs the cleanup, which tunes and arms again.
 func (t *tuner) arm() {
-	runtime.AddCleanup(new(int64), func(t *tuner) {
+	runtime.AddCleanup(new(sentinel), func(t *tuner) {
 		if t.tune() {
 			t.arm()
 		}

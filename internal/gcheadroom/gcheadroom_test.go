@@ -3,6 +3,7 @@ package gcheadroom
 import (
 	"runtime"
 	"runtime/metrics"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -66,5 +67,27 @@ func TestTheTunerFollowsTheLiveHeap(t *testing.T) {
 	runtime.GC()
 	if p := gogc(); p != 30 {
 		t.Errorf("after stop: GOGC %d, want 30", p)
+	}
+}
+
+var kept []*int32
+
+// A sentinel allocated beside small live objects is collected all the
+// same: one without pointers (new(int64)) shared their blocks, and 1 of
+// 20 cleanups ran.
+func TestASentinelBesideTinyLiveObjectsIsCollected(t *testing.T) {
+	var ran atomic.Int32
+	const n = 20
+	for range n {
+		kept = append(kept, new(int32))
+		runtime.AddCleanup(new(sentinel), func(int) { ran.Add(1) }, 0)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for ran.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d cleanups ran", ran.Load(), n)
+		}
+		runtime.GC()
+		time.Sleep(time.Millisecond)
 	}
 }
