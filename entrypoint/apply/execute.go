@@ -48,9 +48,10 @@ func (a *Applier) updateRuntime(ctx context.Context, at attempt) bool {
 // The file is written while HAProxy takes the commands, and takes its
 // name once HAProxy runs them: the file on disk is still what runs, and
 // the change reaches it sooner (at 10,000 × 10 the 7.5 MB file took some
-// 28 ms to write and sync, the commands 14). It is synced later, with the
-// snapshots (save): two syncs per change were a fifth of seamless's CPU
-// per change at 100 × 10, where syscalls cost most.
+// 28 ms to write and sync, the commands 14). Its directory is synced
+// later, with the snapshots (save): a crash until then may bring the
+// previous file back, whole, and the syncs were a large part of
+// seamless's CPU per change at 100 × 10, where syscalls cost most.
 func (a *Applier) runtime(ctx context.Context, rend model.Rendering) error {
 	cmds, err := slotCommands(a.runRend.Servers, rend.Servers, !rend.NoHealthChecks)
 	if err != nil {

@@ -30,7 +30,7 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 // writeFileWith is WriteFile with the content written by write, so that
 // a large content need not be held whole in memory first.
 func writeFileWith(path string, perm os.FileMode, write func(io.Writer) error) error {
-	tmp, err := writeTemp(path, perm, true, write)
+	tmp, err := writeTemp(path, perm, write)
 	if err != nil {
 		return err
 	}
@@ -38,9 +38,9 @@ func writeFileWith(path string, perm os.FileMode, write func(io.Writer) error) e
 	return rename(tmp, path)
 }
 
-// writeTemp writes a file beside path, under a name of its own that it
-// returns, and syncs it when durable.
-func writeTemp(path string, perm os.FileMode, durable bool, write func(io.Writer) error) (string, error) {
+// writeTemp writes and syncs a file beside path, under a name of its own
+// that it returns.
+func writeTemp(path string, perm os.FileMode, write func(io.Writer) error) (string, error) {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return "", err
@@ -50,7 +50,7 @@ func writeTemp(path string, perm os.FileMode, durable bool, write func(io.Writer
 	if err == nil {
 		err = f.Chmod(perm)
 	}
-	if err == nil && durable {
+	if err == nil {
 		err = fsync(f)
 	}
 	if cerr := f.Close(); err == nil {
@@ -74,27 +74,10 @@ func rename(tmp, path string) error {
 // fsync is (*os.File).Sync; tests count the calls.
 var fsync = (*os.File).Sync
 
-// syncFile makes what path holds now durable, with its name: what a
-// rename without sync (stageFile) left to the page cache.
-func syncFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	err = fsync(f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-// stagedFile is a file being written under a temporary name while
-// something else happens, which takes its name only at commit. It is not
-// synced: readers see it whole once renamed, and syncFile makes it
-// durable later, with the snapshots (Applier.saveNow).
+// stagedFile is a file being written and synced under a temporary name
+// while something else happens, which takes its name only at commit. The
+// directory is not synced at the rename: a crash may bring the previous
+// file back, whole, until syncDir runs (Applier.saveNow).
 type stagedFile struct {
 	path string
 	done chan struct{}
@@ -108,7 +91,7 @@ func stageFile(path string, data []byte, perm os.FileMode) *stagedFile {
 	s := &stagedFile{path: path, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		s.tmp, s.err = writeTemp(path, perm, false, func(w io.Writer) error {
+		s.tmp, s.err = writeTemp(path, perm, func(w io.Writer) error {
 			_, err := w.Write(data)
 			return err
 		})

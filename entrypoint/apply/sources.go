@@ -2,6 +2,7 @@ package apply
 
 import (
 	"maps"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -66,12 +67,13 @@ const saveEvery = 10 * time.Second
 
 // save writes the snapshots taken since the last save: once per apply,
 // not once per snapshot, and within saveEvery of the last save not at all:
-// saveDue then says when Run saves them. A configuration a runtime change
-// wrote is synced with them: the file is what runs from its rename on,
-// and at a start only an incomplete rendering would read it back, which
-// the snapshots (as far behind) complete first.
+// saveDue then says when Run saves them. The rename of a configuration a
+// runtime change wrote (synced, its directory not) is made durable with
+// them: the file is what runs from its rename on, and a crash before the
+// save brings back the previous one, whole, beside snapshots that are as
+// far behind.
 func (a *Applier) save() {
-	if a.opts.ReadOnly || len(a.unsaved) == 0 && !a.unsynced {
+	if a.opts.ReadOnly || len(a.unsaved) == 0 && !a.unsynced && !a.resync.Load() {
 		return
 	}
 	if now := time.Now(); now.Before(a.savedAt.Add(saveEvery)) {
@@ -97,7 +99,8 @@ func (a *Applier) saveNow() {
 		return
 	}
 	a.savedAt, a.saveDue = time.Now(), time.Time{}
-	if len(a.unsaved) == 0 && !a.unsynced {
+	unsynced := a.unsynced || a.resync.Swap(false)
+	if len(a.unsaved) == 0 && !unsynced {
 		return
 	}
 	a.saves++
@@ -106,14 +109,14 @@ func (a *Applier) saveNow() {
 		snaps = append(snaps, a.latest[name])
 	}
 	clear(a.unsaved)
-	unsynced := a.unsynced
 	a.unsynced = false
 	a.saving.Wait()
 	a.saving.Go(func() {
 		// A later rename meanwhile sets unsynced again.
 		if unsynced {
-			if err := syncFile(a.opts.Path); err != nil {
-				a.log.Warn("cannot sync the configuration file; a crash of the machine could lose its last changes",
+			if err := syncDir(filepath.Dir(a.opts.Path)); err != nil {
+				a.resync.Store(true) // at the next save
+				a.log.Warn("cannot sync the configuration's directory; a crash of the machine could bring back an earlier configuration",
 					"path", a.opts.Path, "err", err)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -172,15 +173,17 @@ func (s *syncsRecorder) read() (file, dir int) {
 	return s.file, s.dir
 }
 
-// A runtime change renames the new file into place without a sync: the
-// syncs (the file's and its directory's, each a syscall that keeps the
-// runtime's monitor spinning) were the largest part of seamless's CPU per
-// change at 100 × 10. The file is synced with the snapshots, at the
-// latest when discovery stops.
-func TestARuntimeChangeSyncsTheFileWithTheSnapshots(t *testing.T) {
+// A runtime change syncs the new file (on the staging goroutine, while
+// HAProxy takes the commands) but not its directory after the rename: the
+// syncs were a large part of seamless's CPU per change at 100 × 10, each a
+// syscall that keeps the runtime's monitor spinning. A crash before the
+// directory is synced brings the previous file back, whole. The directory
+// is synced with the snapshots, at the latest when discovery stops.
+func TestARuntimeChangeSyncsTheDirectoryWithTheSnapshots(t *testing.T) {
 	r, src, _ := startedWithSlots(t)
 	syncs := recordSyncs(t, r.path)
 	r.a.opts.Runtime = newHAProxyServers(r.a.runRend.Servers.Flat())
+	r.a.savedAt = time.Now() // no save due during the change
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); r.a.Run(ctx) }()
@@ -192,12 +195,44 @@ func TestARuntimeChangeSyncsTheFileWithTheSnapshots(t *testing.T) {
 	if !strings.Contains(r.file(t), "10.0.0.3:8080") {
 		t.Fatal("the runtime change is not in the file")
 	}
-	if file, dir := syncs.read(); file != 0 || dir != 0 {
-		t.Errorf("the runtime change synced the configuration %d times and its directory %d times, want none", file, dir)
+	if file, dir := syncs.read(); file != 1 || dir != 0 {
+		t.Errorf("the runtime change synced the configuration %d times and its directory %d times, want 1 and 0", file, dir)
 	}
 	cancel()
 	<-done
-	if file, dir := syncs.read(); file != 1 || dir == 0 {
-		t.Errorf("after the stop: the configuration synced %d times, its directory %d times; want once, at least once", file, dir)
+	if file, dir := syncs.read(); file != 1 || dir != 1 {
+		t.Errorf("after the stop: the configuration synced %d times, its directory %d times; want 1 and 1", file, dir)
+	}
+}
+
+// A directory sync that fails is tried again at the next save.
+func TestAFailedDirectorySyncIsTriedAgain(t *testing.T) {
+	r, _, dir := startedWithSlots(t)
+	r.a.saving.Wait()
+	var failing atomic.Bool
+	failing.Store(true)
+	var tries atomic.Int32
+	prev := fsync
+	fsync = func(f *os.File) error {
+		if f.Name() == dir {
+			tries.Add(1)
+			if failing.Load() {
+				return errors.New("I/O error")
+			}
+		}
+		return prev(f)
+	}
+	t.Cleanup(func() { fsync = prev })
+	r.a.unsynced = true // as a runtime change leaves it
+	r.a.saveNow()
+	r.a.saving.Wait()
+	if tries.Load() != 1 || !r.a.resync.Load() {
+		t.Fatalf("after a failed sync: %d tries, resync %v; want 1, true", tries.Load(), r.a.resync.Load())
+	}
+	failing.Store(false)
+	r.a.saveNow()
+	r.a.saving.Wait()
+	if tries.Load() != 2 || r.a.resync.Load() {
+		t.Errorf("the next save: %d tries in all, resync %v; want 2, false", tries.Load(), r.a.resync.Load())
 	}
 }
