@@ -80,7 +80,9 @@ type Applier struct {
 	merger   model.Merger    // merges latest, reading only what changed
 	fresh    map[string]bool // answered since start (not from disk)
 	unsaved  map[string]bool // sources whose latest snapshot is not on disk
-	unsynced bool            // Path was renamed without syncing its directory (a runtime change)
+	// Path was renamed without syncing its directory (a runtime change,
+	// or a save whose sync failed); the next save syncs it.
+	unsynced atomic.Bool
 	wanted   []model.Query
 	running  []byte            // the bytes of Path, which HAProxy runs
 	runRend  *model.Rendering  // the rendering behind running, when known
@@ -96,7 +98,6 @@ type Applier struct {
 	saveDue  time.Time         // when the snapshots not saved yet are; zero: none waits
 	saves    int               // saves of the snapshots, for the tests
 	saving   sync.WaitGroup    // the save in progress
-	resync   atomic.Bool       // the save could not sync Path's directory
 	// ranFrom is latest as it was when running was rendered.
 	ranFrom map[string]model.Snapshot
 	// startRend is the rendering of the current state during Start, so

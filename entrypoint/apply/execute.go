@@ -70,7 +70,8 @@ func (a *Applier) runtime(ctx context.Context, rend model.Rendering) error {
 	if err := file.commit(); err != nil {
 		return fmt.Errorf("HAProxy runs the change, but the file could not follow: %w", err)
 	}
-	a.running, a.runRend, a.unsynced = rend.Config, &rend, true
+	a.running, a.runRend = rend.Config, &rend
+	a.unsynced.Store(true)
 	a.log.Debug("runtime commands", "commands", strings.Join(cmds, "; "))
 	return nil
 }

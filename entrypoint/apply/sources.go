@@ -73,7 +73,7 @@ const saveEvery = 10 * time.Second
 // save brings back the previous one, whole, beside snapshots that are as
 // far behind.
 func (a *Applier) save() {
-	if a.opts.ReadOnly || len(a.unsaved) == 0 && !a.unsynced && !a.resync.Load() {
+	if a.opts.ReadOnly || len(a.unsaved) == 0 && !a.unsynced.Load() {
 		return
 	}
 	if now := time.Now(); now.Before(a.savedAt.Add(saveEvery)) {
@@ -99,7 +99,7 @@ func (a *Applier) saveNow() {
 		return
 	}
 	a.savedAt, a.saveDue = time.Now(), time.Time{}
-	unsynced := a.unsynced || a.resync.Swap(false)
+	unsynced := a.unsynced.Swap(false)
 	if len(a.unsaved) == 0 && !unsynced {
 		return
 	}
@@ -109,13 +109,12 @@ func (a *Applier) saveNow() {
 		snaps = append(snaps, a.latest[name])
 	}
 	clear(a.unsaved)
-	a.unsynced = false
 	a.saving.Wait()
 	a.saving.Go(func() {
 		// A later rename meanwhile sets unsynced again.
 		if unsynced {
 			if err := syncDir(filepath.Dir(a.opts.Path)); err != nil {
-				a.resync.Store(true) // at the next save
+				a.unsynced.Store(true) // at the next save
 				a.log.Warn("cannot sync the configuration's directory; a crash of the machine could bring back an earlier configuration",
 					"path", a.opts.Path, "err", err)
 			}

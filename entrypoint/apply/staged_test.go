@@ -137,33 +137,39 @@ func startedWithSlots(t *testing.T) (*rig, *fakeSource, string) {
 	return r, src, dir
 }
 
-// syncsRecorder counts fsyncs of the configuration file (under any of its
-// temporary names) and of its directory.
-type syncsRecorder struct {
-	mu     sync.Mutex
-	path   string
-	file   int
-	dir    int
-	others int
-}
-
-func recordSyncs(t *testing.T, path string) *syncsRecorder {
-	s := &syncsRecorder{path: path}
+// onFsync has every fsync call hook with the synced file's name first,
+// and fail with its error if any.
+func onFsync(t *testing.T, hook func(name string) error) {
 	prev := fsync
 	fsync = func(f *os.File) error {
-		s.mu.Lock()
-		switch n := f.Name(); {
-		case n == s.path || strings.HasPrefix(n, filepath.Join(filepath.Dir(s.path), ".haproxy.cfg.tmp-")):
-			s.file++
-		case n == filepath.Dir(s.path):
-			s.dir++
-		default:
-			s.others++
+		if err := hook(f.Name()); err != nil {
+			return err
 		}
-		s.mu.Unlock()
 		return prev(f)
 	}
 	t.Cleanup(func() { fsync = prev })
+}
+
+// syncsRecorder counts fsyncs of the configuration file (under any of its
+// temporary names) and of its directory.
+type syncsRecorder struct {
+	mu        sync.Mutex
+	file, dir int
+}
+
+func recordSyncs(t *testing.T, path string) *syncsRecorder {
+	s := &syncsRecorder{}
+	onFsync(t, func(name string) error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		switch {
+		case name == path || strings.HasPrefix(name, filepath.Join(filepath.Dir(path), ".haproxy.cfg.tmp-")):
+			s.file++
+		case name == filepath.Dir(path):
+			s.dir++
+		}
+		return nil
+	})
 	return s
 }
 
@@ -212,27 +218,26 @@ func TestAFailedDirectorySyncIsTriedAgain(t *testing.T) {
 	var failing atomic.Bool
 	failing.Store(true)
 	var tries atomic.Int32
-	prev := fsync
-	fsync = func(f *os.File) error {
-		if f.Name() == dir {
-			tries.Add(1)
-			if failing.Load() {
-				return errors.New("I/O error")
-			}
+	onFsync(t, func(name string) error {
+		if name != dir {
+			return nil
 		}
-		return prev(f)
-	}
-	t.Cleanup(func() { fsync = prev })
-	r.a.unsynced = true // as a runtime change leaves it
+		tries.Add(1)
+		if failing.Load() {
+			return errors.New("I/O error")
+		}
+		return nil
+	})
+	r.a.unsynced.Store(true) // as a runtime change leaves it
 	r.a.saveNow()
 	r.a.saving.Wait()
-	if tries.Load() != 1 || !r.a.resync.Load() {
-		t.Fatalf("after a failed sync: %d tries, resync %v; want 1, true", tries.Load(), r.a.resync.Load())
+	if tries.Load() != 1 || !r.a.unsynced.Load() {
+		t.Fatalf("after a failed sync: %d tries, unsynced %v; want 1, true", tries.Load(), r.a.unsynced.Load())
 	}
 	failing.Store(false)
 	r.a.saveNow()
 	r.a.saving.Wait()
-	if tries.Load() != 2 || r.a.resync.Load() {
-		t.Errorf("the next save: %d tries in all, resync %v; want 2, false", tries.Load(), r.a.resync.Load())
+	if tries.Load() != 2 || r.a.unsynced.Load() {
+		t.Errorf("the next save: %d tries in all, unsynced %v; want 2, false", tries.Load(), r.a.unsynced.Load())
 	}
 }
