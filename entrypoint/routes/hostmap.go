@@ -87,9 +87,8 @@ func removeHostMaps(dir, keep string) {
 // nothing else can be there: a listing of the directory per change saved.
 type mapSweep struct {
 	mu    sync.Mutex
-	swept bool   // once, by this renderer
 	kept  string // the map of the last sweep ("": none)
-	other bool   // a rendering named another map since
+	clean bool   // the directory holds kept alone; false before a first sweep
 }
 
 // rendered notes the map a rendering names.
@@ -97,7 +96,7 @@ func (m *mapSweep) rendered(path string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if path != m.kept {
-		m.other = true
+		m.clean = false
 	}
 }
 
@@ -106,9 +105,9 @@ func (m *mapSweep) rendered(path string) {
 func (m *mapSweep) sweep(path string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.swept && !m.other && path == m.kept {
+	if m.clean && path == m.kept {
 		return false
 	}
-	m.swept, m.kept, m.other = true, path, false
+	m.kept, m.clean = path, true
 	return true
 }

@@ -77,24 +77,11 @@ func TestACommitKeepsOnlyItsHostsMap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var insts []model.Instance
-	for i := range 3 {
-		insts = append(insts, inst(fmt.Sprintf("svc%d", i), fmt.Sprintf("svc%d-1", i), "10.0.0.1", 8000+i,
-			fmt.Sprintf("seamless.http.host=h%d.example", i)))
-	}
+	insts := hostedInstances(3)
 	r := mustNew(t, Options{HTTPBind: "127.0.0.1:18080", HostMapDir: dir, hostMapMin: 2})
 	apply := func(c model.State) string { // as the applier does: write, then commit
 		t.Helper()
-		out, err := r.Render(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(out.Files) != 1 {
-			t.Fatalf("files: %+v", out.Files)
-		}
-		if err := os.WriteFile(out.Files[0].Path, out.Files[0].Data, 0o640); err != nil {
-			t.Fatal(err)
-		}
+		out := renderWritten(t, r, c)
 		for _, p := range left {
 			if _, err := os.Stat(p); err != nil {
 				t.Fatalf("a rendering not yet committed removed %s", p)
@@ -128,26 +115,9 @@ func TestACommitKeepsOnlyItsHostsMap(t *testing.T) {
 // back at the next commit.
 func TestACommitOfTheSameHostsMapSweepsNothing(t *testing.T) {
 	dir := t.TempDir()
-	var insts []model.Instance
-	for i := range 3 {
-		insts = append(insts, inst(fmt.Sprintf("svc%d", i), fmt.Sprintf("svc%d-1", i), "10.0.0.1", 8000+i,
-			fmt.Sprintf("seamless.http.host=h%d.example", i)))
-	}
+	insts := hostedInstances(3)
 	r := mustNew(t, Options{HTTPBind: "127.0.0.1:18080", HostMapDir: dir, hostMapMin: 2})
-	render := func(c model.State) model.Rendering {
-		t.Helper()
-		out, err := r.Render(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(out.Files) != 1 {
-			t.Fatalf("files: %+v", out.Files)
-		}
-		if err := os.WriteFile(out.Files[0].Path, out.Files[0].Data, 0o640); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
+	render := func(c model.State) model.Rendering { t.Helper(); return renderWritten(t, r, c) }
 	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
 	first := render(catalog(insts...))
 	first.Commit()
@@ -177,4 +147,31 @@ func TestACommitOfTheSameHostsMapSweepsNothing(t *testing.T) {
 	if !exists(again.Files[0].Path) {
 		t.Errorf("the commit removed its own map %s", again.Files[0].Path)
 	}
+}
+
+// hostedInstances is n services of an instance each, each with a host.
+func hostedInstances(n int) []model.Instance {
+	var insts []model.Instance
+	for i := range n {
+		insts = append(insts, inst(fmt.Sprintf("svc%d", i), fmt.Sprintf("svc%d-1", i), "10.0.0.1", 8000+i,
+			fmt.Sprintf("seamless.http.host=h%d.example", i)))
+	}
+	return insts
+}
+
+// renderWritten renders c with its one hosts map and writes the map, as
+// the applier does before it hands the rendering to HAProxy.
+func renderWritten(t *testing.T, r *Renderer, c model.State) model.Rendering {
+	t.Helper()
+	out, err := r.Render(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Files) != 1 {
+		t.Fatalf("files: %+v", out.Files)
+	}
+	if err := os.WriteFile(out.Files[0].Path, out.Files[0].Data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
