@@ -45,12 +45,9 @@ type tuner struct {
 // floor asks (Percent). The returned stop puts percent back and ends the
 // tuning.
 func Start(percent int, floor uint64) (stop func()) {
-	t := &tuner{percent: percent, floor: floor,
+	t := &tuner{percent: percent, floor: floor, set: percent,
 		sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
-	t.mu.Lock()
-	t.set = percent
 	debug.SetGCPercent(percent)
-	t.mu.Unlock()
 	t.arm()
 	return func() {
 		t.mu.Lock()
