@@ -28,10 +28,13 @@ type layout struct {
 	ports                      []int // of the backends i0, i1, ...
 }
 
+// benchDomain ends every service's host name.
+const benchDomain = ".bench.test"
+
 func (l layout) width() int           { return len(fmt.Sprint(max(l.services-1, 1))) }
 func (l layout) service(i int) string { return fmt.Sprintf("svc-%0*d", l.width(), i) }
 func (l layout) id(i, j int) string   { return fmt.Sprintf("%s-%d", l.service(i), j) }
-func (l layout) host(i int) string    { return l.service(i) + ".bench.test" }
+func (l layout) host(i int) string    { return l.service(i) + benchDomain }
 func (l layout) hostTag(i int) string { return "seamless.http.host=" + l.host(i) }
 func (l layout) port(j int) int       { return l.ports[j%len(l.ports)] }
 

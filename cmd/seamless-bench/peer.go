@@ -27,7 +27,9 @@ import (
 // against it through a counting reverse proxy of its own (proxy.go):
 //
 //	consul-template     the classic template (peerTemplate) to a file,
-//	                    -wait, no command
+//	                    -wait, no command (ctcheck: haproxy -c as its
+//	                    command; ctreload: routes by Host, and the classic
+//	                    reload, haproxy -D -sf, as its command)
 //	seamless, template  the same template (SEAMLESS_TEMPLATE), HAProxy 2.6,
 //	                    SEAMLESS_WAIT=-wait
 //	seamless, built-in  the built-in template, SEAMLESS_WAIT=-wait
@@ -176,7 +178,8 @@ func parsePeerFlags(args []string, stderr io.Writer) (peerOptions, error) {
 	fs.Func("wait", "`min:max` quiescence of every tool, consul-template's -wait and seamless's SEAMLESS_WAIT (default 0: each change at once)", o.wait.Decode)
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the sequence of changed instances")
 	fs.BoolVar(&o.together, "together", false, "run the tools at once on one Consul (default: each alone)")
-	fs.StringVar(&tools, "tools", "ct,ctcheck,template,builtin", "tools: ct (consul-template), ctcheck (consul-template running haproxy -c as its command), template (seamless with it), builtin (seamless's built-in template)")
+	fs.StringVar(&tools, "tools", "ct,ctcheck,ctreload,template,builtin", "tools: ct (consul-template), ctcheck (consul-template running haproxy -c as its command), "+
+		"ctreload (consul-template running haproxy -D -sf as its command, its changes probed through that HAProxy), template (seamless with it), builtin (seamless's built-in template)")
 	fs.Var(&o.env, "env", "a further SEAMLESS_* variable, or GOGC or GOMEMLIMIT, for seamless alone, `NAME=VALUE` (repeatable)")
 	fs.BoolVar(&o.direct, "direct", false, "seamless talks to the Consul agent directly, not through the counting proxy: "+
 		"its Consul traffic is not measured, and the proxy's two descriptors per held query are saved "+
@@ -203,7 +206,7 @@ func parsePeerFlags(args []string, stderr io.Writer) (peerOptions, error) {
 	for k := range strings.SplitSeq(tools, ",") {
 		i := slices.IndexFunc(peerTools, func(t peerTool) bool { return t.key == strings.TrimSpace(k) })
 		if i < 0 {
-			return o, fmt.Errorf("-tools: unknown tool %q (want ct, ctcheck, template or builtin)", k)
+			return o, fmt.Errorf("-tools: unknown tool %q (want ct, ctcheck, ctreload, template or builtin)", k)
 		}
 		if !slices.Contains(o.tools, peerTools[i]) {
 			o.tools = append(o.tools, peerTools[i])

@@ -43,6 +43,11 @@ func printPeerTable(w io.Writer, o peerOptions, results []peerResult) {
 			s50, _ := percentile(r.served, 50)
 			s99, _ := percentile(r.served, 99)
 			served = fmt.Sprintf("%s / %s", fmtMsN(s50), fmtMsN(s99))
+			if b := peerServedBaseline(results, r); b != nil {
+				b50, _ := percentile(b.served, 50)
+				b99, _ := percentile(b.served, 99)
+				served += fmt.Sprintf(" (%s / %s of ct + reload)", ratio(float64(s50), float64(b50)), ratio(float64(s99), float64(b99)))
+			}
 			if miss := r.asked - len(r.served); miss > 0 {
 				served += fmt.Sprintf("; **%d of %d never served**", miss, r.asked)
 			}
@@ -87,11 +92,13 @@ func printPeerTable(w io.Writer, o peerOptions, results []peerResult) {
 	fmt.Fprintln(w, "(×N): seamless's value over consul-template's in the same catalog and mode. "+
 		"change → file: from the Consul write returning to the first read of the rendered file that holds the new address "+
 		"(consul-template's destination; seamless's haproxy.cfg); the file is read on every inotify event for it, a stat every 100ms backs that up. "+
-		"change → served (built-in): to the first request through HAProxy (a new connection every -poll) answered by the listener the instance moved to; "+
-		"round robin reaches it within `instances` requests. "+
+		"change → served (built-in, and consul-template + haproxy -D -sf, whose template routes by Host as the built-in does): "+
+		"to the first request through the tool's HAProxy (a new connection every -poll) answered by the listener the instance moved to; "+
+		"round robin reaches it within `instances` requests; (×N of ct + reload): the built-in's over consul-template + haproxy -D -sf's. "+
 		"Consul KiB: response bodies as sent to the tool through its counting proxy, gzip-encoded when the tool asked (headers below); "+
 		"answers: without the blocking queries that only ran out their wait (idle refresh). "+
-		"tool CPU: utime+stime of the tool and the children it waited for (seamless: haproxy -c), not HAProxy's master and workers (below). "+
+		"tool CPU: utime+stime of the tool and the children it waited for (seamless: haproxy -c; consul-template: its command, "+
+		"which for -sf includes the new daemon's parse of the configuration up to its fork), not HAProxy's master and workers (below). "+
 		"Consul agent CPU: over the same window, including the benchmark's own writes. RSS: the tool's process after the changes; peak is VmHWM.")
 	for _, r := range results {
 		name := fmt.Sprintf("%s %s (%s)", r.size, r.tool.title, r.mode())
@@ -109,10 +116,8 @@ func printPeerTable(w io.Writer, o peerOptions, results []peerResult) {
 				kinds = append(kinds, fmt.Sprintf("%s %d (%.1f KiB)", kindNames[k], v.Requests, float64(v.Body)/1024))
 			}
 			fmt.Fprintf(w, "- %s: %d/%d changes in the file (%d file reads)", name, len(r.rendered), r.asked, r.reads)
-			if r.tool == toolBuiltin {
+			if r.tool.serves() {
 				fmt.Fprintf(w, ", %d/%d served (%d requests)", len(r.served), r.asked, r.probes)
-			}
-			if r.tool == toolBuiltin {
 				fmt.Fprintf(w, "; whole catalog served %s after start", r.readyServed.Round(time.Millisecond))
 			}
 			switch {
@@ -121,12 +126,16 @@ func printPeerTable(w io.Writer, o peerOptions, results []peerResult) {
 			case r.settled > 0:
 				fmt.Fprintf(w, "; the Consul agent settled %s after start (the changes began then)", r.settled.Round(time.Millisecond))
 			}
+			haproxyCPU := fmtMs(r.haproxy)
+			if r.tool == toolCTReload {
+				haproxyCPU = "not read (a daemon per change)"
+			}
 			fmt.Fprintf(w, "; catalog registered in %s, whole catalog in the file %s after start; over %s: requests by path %s; answers %s; "+
 				"%d of %d answers gzip (%d asked for it); headers %.1f KiB; connections to the proxy: %d opened during the changes, at most %d open; "+
 				"tool CPU %s, HAProxy CPU %s (not in the tool's); RSS when loaded %.1f MiB (peak by then %.1f)",
 				r.register.Round(time.Millisecond), r.ready.Round(time.Millisecond), r.window.Round(time.Millisecond),
 				strings.Join(classes, ", "), strings.Join(kinds, ", "), t.Gzip, all.Requests, t.AcceptGzip,
-				float64(all.Header)/1024, t.Conns, t.PeakOpen, fmtMs(r.cpu), fmtMs(r.haproxy), float64(r.rssLoaded)/(1<<20), float64(r.peakLoaded)/(1<<20))
+				float64(all.Header)/1024, t.Conns, t.PeakOpen, fmtMs(r.cpu), haproxyCPU, float64(r.rssLoaded)/(1<<20), float64(r.peakLoaded)/(1<<20))
 			if r.applies != "" {
 				fmt.Fprintf(w, "; applies: %s", r.applies)
 			}
@@ -164,6 +173,20 @@ func (c proxyCounts) answers() traffic {
 
 // peerBaseline is consul-template's row for r's catalog and mode; nil for
 // consul-template's own row or when it did not run.
+// peerServedBaseline is the consul-template + reload row r's change →
+// served compares with: the built-in's only.
+func peerServedBaseline(results []peerResult, r peerResult) *peerResult {
+	if r.tool != toolBuiltin {
+		return nil
+	}
+	for i, b := range results {
+		if b.tool == toolCTReload && b.size == r.size && b.together == r.together && len(b.served) > 0 {
+			return &results[i]
+		}
+	}
+	return nil
+}
+
 func peerBaseline(results []peerResult, r peerResult) *peerResult {
 	if r.tool == toolCT {
 		return nil

@@ -280,7 +280,7 @@ func startPeerTools(ctx context.Context, log *slog.Logger, o peerOptions, dir st
 		ready, _, _, _ := t.file.state()
 		results[i].ready = ready.Sub(t.started)
 		log.Info("whole catalog rendered", "tool", t.tool.key, "took", results[i].ready.Round(time.Millisecond))
-		if t.tool == toolBuiltin {
+		if t.tool.serves() {
 			results[i].readyServed = servedWhole(ctx, t, cat.l, o.every, time.Now().Add(loadTimeout))
 			log.Info("whole catalog served", "tool", t.tool.key, "took", results[i].readyServed.Round(time.Millisecond))
 		}
@@ -306,7 +306,7 @@ func writeChanges(ctx context.Context, log *slog.Logger, o peerOptions, cat *pee
 				continue
 			}
 			t.file.arm(k)
-			if t.tool == toolBuiltin {
+			if t.tool.serves() {
 				deadline := probeDeadline(start.Add(time.Duration(len(cat.changes))*o.interval), time.Now(), o.changeTimeout)
 				t.probing.Go(func() { t.probeServed(ctx, k, l.host(c.svc), c.name, o.every, deadline) })
 			}
@@ -348,11 +348,11 @@ func finishPeerResult(ctx context.Context, log *slog.Logger, r *peerResult, t *t
 		if !seen[k].IsZero() {
 			r.rendered = append(r.rendered, max(seen[k].Sub(written[k]), 0))
 		}
-		if t.tool == toolBuiltin && !served[k].IsZero() {
+		if t.tool.serves() && !served[k].IsZero() {
 			r.served = append(r.served, max(served[k].Sub(written[k]), 0))
 		}
 	}
-	if t.tool == toolBuiltin {
+	if t.tool.serves() {
 		t.servedMu.Lock()
 		r.probes = t.probes
 		t.servedMu.Unlock()
@@ -388,13 +388,13 @@ func moveInstance(ctx context.Context, c *api.Client, l layout, ch peerChange) e
 	return err
 }
 
-// servedWhole probes the built-in's HAProxy until its first and last
+// servedWhole probes the tool's HAProxy until its first and last
 // service both answer, and returns how long after the tool's start; 0 if
 // they did not by deadline.
 func servedWhole(ctx context.Context, t *toolRun, l layout, every time.Duration, deadline time.Time) time.Duration {
 	var last time.Time
 	for _, i := range []int{0, l.services - 1} {
-		at, _, err := pollUntil(ctx, t.d.http, l.host(i), every, deadline, func(code int, _ string) verdict {
+		at, _, err := pollUntil(ctx, t.http, l.host(i), every, deadline, func(code int, _ string) verdict {
 			if code == http.StatusOK {
 				return reflected
 			}

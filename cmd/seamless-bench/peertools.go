@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/seamless-lb/seamless/internal/procfs"
 )
 
 // The tools `seamless-bench peer` compares, and how each is run.
@@ -29,22 +31,36 @@ var (
 	// runs before its reload (`haproxy -c`) as its command: the same
 	// validation as seamless's template path, whose CPU the tool's counts
 	// (a command is a child it waits for). The reload itself is left out.
-	toolCTCheck  = peerTool{"ctcheck", "consul-template + haproxy -c"}
+	toolCTCheck = peerTool{"ctcheck", "consul-template + haproxy -c"}
+	// toolCTReload is the classic recipe whole: consul-template renders a
+	// configuration that routes by Host header, as the built-in does, and
+	// its command starts a new HAProxy daemon with -sf, which takes over
+	// from the old one. Its changes are probed through that HAProxy, so
+	// that seamless's change → served has the recipe's beside it.
+	toolCTReload = peerTool{"ctreload", "consul-template + haproxy -D -sf"}
 	toolTemplate = peerTool{"template", "seamless, template"}
 	toolBuiltin  = peerTool{"builtin", "seamless, built-in"}
-	peerTools    = []peerTool{toolCT, toolCTCheck, toolTemplate, toolBuiltin}
+	peerTools    = []peerTool{toolCT, toolCTCheck, toolCTReload, toolTemplate, toolBuiltin}
 )
 
 // consulTemplate: the tool is consul-template, with a command or without.
-func (p peerTool) consulTemplate() bool { return p == toolCT || p == toolCTCheck }
+func (p peerTool) consulTemplate() bool {
+	return p == toolCT || p == toolCTCheck || p == toolCTReload
+}
+
+// serves: the tool runs an HAProxy that routes by Host, through which its
+// changes are probed.
+func (p peerTool) serves() bool { return p == toolBuiltin || p == toolCTReload }
 
 // peerTemplate is the classic consul-template HAProxy template (the shape
 // of entrypoint/template/testdata/classic.tmpl: a KV knob, a backend per
 // service, a server per instance), written so that consul-template v0.41
 // renders it too (no .Tags.Contains) and without health checks, so that
 // HAProxy's checks of every server do not load the machine the other
-// tools are measured on. Both consul-template and seamless render it.
-const peerTemplate = `global
+// tools are measured on. Both consul-template and seamless render it;
+// routes goes after the frontend's bind.
+func peerTemplate(routes string) string {
+	return `global
     maxconn {{ keyOrDefault "service/haproxy/maxconn" "4096" }}
 
 defaults
@@ -55,12 +71,18 @@ defaults
     timeout server 30s
 
 frontend http-in
-    bind {{ env "PEER_HTTP_BIND" }}
+    bind {{ env "PEER_HTTP_BIND" }}` + routes + `
 {{ range services }}
 backend {{ .Name }}
     balance roundrobin{{ range service .Name }}
     server {{ .ID }} {{ .Address }}:{{ .Port }}{{ end }}
 {{ end }}`
+}
+
+// peerRoutes sends each service's host (layout.host) to its backend, one
+// rule per service as the recipe's templates write them.
+const peerRoutes = `{{ range services }}
+    use_backend {{ .Name }} if { hdr(host) -i {{ .Name }}` + benchDomain + ` }{{ end }}`
 
 // toolRun is one running tool with its proxy and its rendered file.
 type toolRun struct {
@@ -71,6 +93,9 @@ type toolRun struct {
 
 	ct *proc         // consul-template
 	d  *discoveryRun // seamless
+
+	http    string // the frontend probed for changes served (tool.serves)
+	daemons string // ctreload: the directory its HAProxy daemons name
 
 	stopWatch func()         // ends file.run
 	watched   chan struct{}  // closed when file.run has returned
@@ -122,8 +147,19 @@ func (t *toolRun) stop() error {
 	var err error
 	if t.ct != nil {
 		// SIGINT is its kill_signal; SIGTERM would only be passed on to a
-		// command, of which it has none.
+		// command, of which none runs for long.
 		err = t.ct.stop(syscall.SIGINT, stopGrace)
+	}
+	if t.daemons != "" {
+		// The daemons are no children of consul-template's: the current one
+		// is in the pidfile, and old ones may still be finishing.
+		pids, _ := readPidfile(filepath.Join(t.daemons, "haproxy.pid"))
+		for _, pid := range procfs.Mentioning(t.daemons) {
+			if !slices.Contains(pids, pid) {
+				pids = append(pids, pid)
+			}
+		}
+		err = errors.Join(err, stopDaemons(pids, t.daemons, stopGrace))
 	}
 	if t.d != nil {
 		err = t.d.stop()
@@ -194,7 +230,11 @@ func startTool(ctx context.Context, s toolSetup, tool peerTool, dir string) (*to
 	}
 	t := &toolRun{tool: tool, proxy: proxy, served: make([]time.Time, len(s.ports)), started: time.Now()}
 	tmpl := filepath.Join(dir, "haproxy.cfg.tmpl")
-	if err := os.WriteFile(tmpl, []byte(peerTemplate), 0o644); err != nil {
+	routes := ""
+	if tool == toolCTReload {
+		routes = peerRoutes
+	}
+	if err := os.WriteFile(tmpl, []byte(peerTemplate(routes)), 0o644); err != nil {
 		proxy.stop()
 		return nil, err
 	}
@@ -204,7 +244,7 @@ func startTool(ctx context.Context, s toolSetup, tool peerTool, dir string) (*to
 		return nil, err
 	}
 	switch tool {
-	case toolCT, toolCTCheck:
+	case toolCT, toolCTCheck, toolCTReload:
 		out := filepath.Join(dir, "out", "haproxy.cfg")
 		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 			proxy.stop()
@@ -220,9 +260,18 @@ func startTool(ctx context.Context, s toolSetup, tool peerTool, dir string) (*to
 		env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "PEER_HTTP_BIND=" + addrs[0]}
 		// Its defaults otherwise: the tool users would keep.
 		spec := tmpl + ":" + out
-		if tool == toolCTCheck {
-			// A failing command stops consul-template, and the row with it.
+		// A failing command stops consul-template, and the row with it.
+		switch tool {
+		case toolCTCheck:
 			spec += ":" + s.o.haproxy + " -c -q -f " + out
+		case toolCTReload:
+			script, err := writeReloadScript(dir, s.o.haproxy, out)
+			if err != nil {
+				proxy.stop()
+				return nil, err
+			}
+			spec += ":" + script
+			t.http, t.daemons = addrs[0], dir
 		}
 		t.ct, err = startProc("consul-template", logf, env, s.o.consulTemplate,
 			"-consul-addr="+proxy.addr, "-template="+spec, "-wait="+s.o.wait.String(), "-log-level=warn")
@@ -252,6 +301,7 @@ func startTool(ctx context.Context, s toolSetup, tool peerTool, dir string) (*to
 			proxy.stop()
 			return nil, err
 		}
+		t.http = t.d.http
 		t.file = newRenderedFile(filepath.Join(t.d.stateDir, "haproxy.cfg"), s.ports, s.loadedCheck())
 		if err := os.MkdirAll(t.d.stateDir, 0o755); err != nil {
 			t.d.stop()
@@ -294,7 +344,7 @@ func (t *toolRun) waitLoaded(ctx context.Context, timeout time.Duration) error {
 	return t.withLog(err)
 }
 
-// probeServed sends requests through the built-in's HAProxy with the
+// probeServed sends requests through the tool's HAProxy with the
 // changed service's host until one is answered by change k's listener
 // (its name), then records when. Each request opens a new connection, as
 // the other discovery benchmarks' probes do (pollUntil); HAProxy's round
@@ -302,7 +352,7 @@ func (t *toolRun) waitLoaded(ctx context.Context, timeout time.Duration) error {
 // serves there.
 func (t *toolRun) probeServed(ctx context.Context, k int, host, want string, every time.Duration, deadline time.Time) {
 	n := 0
-	at, _, err := pollUntil(ctx, t.d.http, host, every, deadline, func(code int, body string) verdict {
+	at, _, err := pollUntil(ctx, t.http, host, every, deadline, func(code int, body string) verdict {
 		n++
 		if code == http.StatusOK && body == want {
 			return reflected
@@ -325,3 +375,21 @@ func (t *toolRun) servedAt() []time.Time {
 
 // errNotSeen: a change never reached a tool's file in time.
 var errNotSeen = errors.New("not every change reached the rendered file")
+
+// writeReloadScript writes ctreload's command into dir: the classic
+// reload, in which a new daemon binds beside the old one and -sf tells the
+// old one to stop listening and finish its connections.
+func writeReloadScript(dir, haproxy, cfg string) (string, error) {
+	pidfile, log := filepath.Join(dir, "haproxy.pid"), filepath.Join(dir, "haproxy.log")
+	script := "#!/bin/sh\n" +
+		"old=$(cat " + shellQuote(pidfile) + " 2>/dev/null)\n" +
+		"exec " + shellQuote(haproxy) + " -D -p " + shellQuote(pidfile) + " -f " + shellQuote(cfg) +
+		" ${old:+-sf $old} </dev/null >>" + shellQuote(log) + " 2>&1\n"
+	path := filepath.Join(dir, "reload.sh")
+	return path, os.WriteFile(path, []byte(script), 0o755)
+}
+
+// shellQuote quotes s for sh as one word.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
