@@ -205,8 +205,19 @@ func (r *Renderer) fillSlots(out *model.Rendering, v view) {
 			out.Recheck = b.recheck
 		}
 	}
+	if !out.Recheck.IsZero() {
+		out.Recheck = out.Recheck.Add(drainSlack(r.drain))
+	}
 	out.Servers = model.SlotsByBackend(lists)
 }
+
+// drainSlack is how long a drain that ended may wait for its slot to be
+// freed: any rendering after the end frees it, and the one due for it
+// waits this long, so that drains ending close together, and changes
+// coming meanwhile, free their slots in one apply rather than one each
+// (a churning catalog moves an instance, and ends a drain, every few
+// seconds). A quarter of the drain, at most 5 s.
+func drainSlack(drain time.Duration) time.Duration { return min(drain/4, 5*time.Second) }
 
 // view is what the template sees: only strings that passed a check below.
 type view struct {

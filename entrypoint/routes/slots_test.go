@@ -68,10 +68,11 @@ func TestSlotsChangeMembershipWithoutChangingStructure(t *testing.T) {
 	if got, want := slotStates(drained), "s1=web1:ready s2=web2:drain s3=web3:ready s4=web4:ready "; got != want {
 		t.Errorf("web2 removed: %s, want %s", got, want)
 	}
-	if !drained.Recheck.Equal(now.Add(10 * time.Second)) {
-		t.Errorf("recheck at %v, want the end of the drain", drained.Recheck)
+	if want := now.Add(10*time.Second + drainSlack(10*time.Second)); !drained.Recheck.Equal(want) {
+		t.Errorf("recheck at %v, want the end of the drain and its slack, %v", drained.Recheck, want)
 	}
 	now = now.Add(10 * time.Second)
+	// Any rendering once the drain ended frees the slot.
 	freed := render(t, r, catalog(noTwo...))
 	if got, want := slotStates(freed), "s1=web1:ready s2=:maint s3=web3:ready s4=web4:ready "; got != want {
 		t.Errorf("after the drain: %s, want %s", got, want)
@@ -89,6 +90,40 @@ func TestSlotsChangeMembershipWithoutChangingStructure(t *testing.T) {
 	api := render(t, r, catalog(append(webs(2), inst("api", "api1", "10.0.1.1", 80, "seamless.http.host=api.example"))...))
 	if bytes.Equal(api.Structure, two.Structure) {
 		t.Error("a new service kept the structure")
+	}
+}
+
+// Drains that end close together are freed by one rendering: the recheck
+// waits the slack after the first end, and frees every drain that ended
+// by then; one that has not drains on.
+func TestDrainsEndingCloseTogetherAreFreedTogether(t *testing.T) {
+	start := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	now := start
+	r := mustNew(t, slotOpts(&now))
+	all := webs(4)
+	render(t, r, catalog(all...))
+	render(t, r, catalog(all[0], all[2], all[3])) // web2 drains until start+10s
+	now = start.Add(time.Second)
+	render(t, r, catalog(all[0], all[3])) // web3 until start+11s
+	now = start.Add(5 * time.Second)
+	third := render(t, r, catalog(all[0])) // web4 until start+15s
+	slack := drainSlack(10 * time.Second)
+	if slack != 2500*time.Millisecond {
+		t.Errorf("slack of a 10s drain: %v, want a quarter of it", slack)
+	}
+	if want := start.Add(10*time.Second + slack); !third.Recheck.Equal(want) {
+		t.Fatalf("recheck at %v, want web2's end and the slack, %v", third.Recheck, want)
+	}
+	now = third.Recheck
+	due := render(t, r, catalog(all[0]))
+	if got, want := slotStates(due), "s1=web1:ready s2=:maint s3=:maint s4=web4:drain "; got != want {
+		t.Errorf("the recheck: %s, want web2's and web3's slots freed together, web4 draining on", got)
+	}
+	if want := start.Add(15*time.Second + slack); !due.Recheck.Equal(want) {
+		t.Errorf("next recheck at %v, want web4's end and the slack, %v", due.Recheck, want)
+	}
+	if got := drainSlack(time.Hour); got != 5*time.Second {
+		t.Errorf("slack of an hour's drain: %v, want at most 5s", got)
 	}
 }
 
