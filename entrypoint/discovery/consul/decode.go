@@ -27,7 +27,7 @@ type healthEntry struct {
 // healthEntry, and only when it can differ from the last one; the raw
 // query cannot add the tag parameter, so with a filter the answer goes
 // through the API's types as before.
-func (c *splitCatalog) readHealth(opts *api.QueryOptions, name string, index uint64) ([]healthEntry, *api.QueryMeta, error) {
+func (c *splitCatalog) readHealth(opts *api.QueryOptions, name string, index, quietTo uint64) ([]healthEntry, *api.QueryMeta, error) {
 	if tag := c.s.cfg.TagFilter; tag != "" {
 		entries, meta, err := c.s.client.Health().Service(name, tag, false, opts)
 		if err != nil {
@@ -41,9 +41,12 @@ func (c *splitCatalog) readHealth(opts *api.QueryOptions, name string, index uin
 	if err != nil {
 		return nil, nil, err
 	}
-	entries, err := healthEntries(body.json, index, meta.LastIndex)
+	entries, err := healthEntries(body.json, index, meta.LastIndex, quietTo)
 	if err != nil {
 		return nil, nil, err
+	}
+	if entries != nil {
+		c.decoded.Add(1)
 	}
 	return entries, meta, nil
 }
@@ -51,9 +54,13 @@ func (c *splitCatalog) readHealth(opts *api.QueryOptions, name string, index uin
 // healthEntries decodes a health answer at index got to a query that
 // waited on index, unless the wait ran out (most answers of a thousand
 // held queries): after an answer a query waits on its index (cursor), so
-// this one is the last again, which run does not convert.
-func healthEntries(body []byte, index, got uint64) ([]healthEntry, error) {
-	if index > 1 && got == index {
+// this one is the last again, which run does not convert. An answer at
+// or below quietTo (subWatch.quietTo: a seeded query's first wait) is a
+// wait that ran out too, which run does not convert either: at the end
+// of a seeded start's first wait every query answers so, all at once
+// (10,000 at 10,000 services).
+func healthEntries(body []byte, index, got, quietTo uint64) ([]healthEntry, error) {
+	if index > 1 && got == index || got != 0 && got <= quietTo {
 		return nil, nil
 	}
 	var entries []healthEntry

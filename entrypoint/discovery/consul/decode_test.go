@@ -80,7 +80,7 @@ func TestAnIdleHealthAnswerIsNotDecoded(t *testing.T) {
 	res := testing.Benchmark(func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
-			if _, index, err := c.read(ctx, sb, 42, 0, nil); err != nil || index != 42 {
+			if _, index, err := c.read(ctx, sb, 42, 0, nil, 0); err != nil || index != 42 {
 				b.Fatalf("read: %d %v", index, err)
 			}
 		}
@@ -90,6 +90,27 @@ func TestAnIdleHealthAnswerIsNotDecoded(t *testing.T) {
 	// its buffer to twice the body), and a copy of the body.
 	if n := res.AllocedBytesPerOp(); n > int64(6*len(body)) {
 		t.Errorf("an idle answer of %d bytes allocated %d bytes; want at most %d", len(body), n, 6*len(body))
+	}
+}
+
+// A seeded query's first answer at or below the seed's index (quietTo)
+// is its wait running out: not decoded. Above it, or with no seed, it is.
+func TestAQuietSeededAnswerIsNotDecoded(t *testing.T) {
+	c, sb := healthReader(t, consulHealth("web", 10), "") // answers at 42
+	ctx := context.Background()
+	for _, tc := range []struct {
+		quietTo uint64
+		decoded bool
+	}{{50, false}, {42, false}, {41, true}, {0, true}} {
+		before := c.decoded.Load()
+		ev, index, err := c.read(ctx, sb, 50, 0, nil, tc.quietTo)
+		if err != nil || index != 42 {
+			t.Fatalf("read: %d %v", index, err)
+		}
+		if got := ev.entries != nil; got != tc.decoded || c.decoded.Load()-before != map[bool]uint64{true: 1}[tc.decoded] {
+			t.Errorf("an answer at 42, quiet to %d: decoded %v (%d entries, counted %d), want %v",
+				tc.quietTo, got, len(ev.entries), c.decoded.Load()-before, tc.decoded)
+		}
 	}
 }
 
@@ -105,7 +126,7 @@ func TestHealthDecodedLeanEqualsTheAPIs(t *testing.T) {
 	for _, tag := range []string{"", "v1"} {
 		want := convertEntries(entriesFromAPI(viaAPI), "dc1", tag)
 		c, sb := healthReader(t, body, tag)
-		ev, _, err := c.read(context.Background(), sb, 41, 0, nil)
+		ev, _, err := c.read(context.Background(), sb, 41, 0, nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +150,7 @@ func BenchmarkReadingAMovedHealthAnswer(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		ev, _, err := c.read(ctx, sb, 41, 0, nil)
+		ev, _, err := c.read(ctx, sb, 41, 0, nil, 0)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -186,21 +207,21 @@ func TestAnUnchangedServiceListIsNotDecoded(t *testing.T) {
 	c, _ := healthReader(t, body, "")
 	sb := &sub{kind: partServices}
 	ctx := context.Background()
-	first, _, err := c.read(ctx, sb, 41, 0, nil)
+	first, _, err := c.read(ctx, sb, 41, 0, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(first.services, list) {
 		t.Fatalf("first list: %d services, want %d", len(first.services), len(list))
 	}
-	again, _, err := c.read(ctx, sb, 41, 0, &first.listed)
+	again, _, err := c.read(ctx, sb, 41, 0, &first.listed, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if again.services != nil || again.listed != first.listed {
 		t.Errorf("the same list: decoded %d services (digest equal: %v); want none decoded", len(again.services), again.listed == first.listed)
 	}
-	other, _, err := c.read(ctx, sb, 41, 0, &[32]byte{1})
+	other, _, err := c.read(ctx, sb, 41, 0, &[32]byte{1}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +231,7 @@ func TestAnUnchangedServiceListIsNotDecoded(t *testing.T) {
 	res := testing.Benchmark(func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
-			if _, _, err := c.read(ctx, sb, 41, 0, &first.listed); err != nil {
+			if _, _, err := c.read(ctx, sb, 41, 0, &first.listed, 0); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -121,6 +121,7 @@ type heldHealth struct {
 	sb        *sub
 	p         *pending
 	index     uint64 // waited on
+	quietTo   uint64 // subWatch.quietTo when sent
 	deadline  time.Time
 	c         *splitCatalog
 	onRestart bool // registered with cutAtRestart
@@ -155,7 +156,7 @@ func (c *splitCatalog) holdHealth(w *subWatch, index uint64, wait time.Duration)
 		return nil, nil
 	}
 	// queryOptions' timeout, index being at least 1.
-	h := &heldHealth{s: s, sb: sb, index: index, deadline: time.Now().Add(s.cfg.Margin + s.maxWait()), c: c}
+	h := &heldHealth{s: s, sb: sb, index: index, quietTo: w.quietTo(), deadline: time.Now().Add(s.cfg.Margin + s.maxWait()), c: c}
 	s.started.Add(1)
 	var err error
 	if s.agents == nil {
@@ -353,9 +354,12 @@ func (h *heldHealth) answer() ([]healthEntry, *api.QueryMeta, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	entries, err := healthEntries(buf.Bytes(), h.index, meta.LastIndex)
+	entries, err := healthEntries(buf.Bytes(), h.index, meta.LastIndex, h.quietTo)
 	if err != nil {
 		return nil, nil, err
+	}
+	if entries != nil {
+		h.c.decoded.Add(1)
 	}
 	return entries, meta, nil
 }

@@ -122,6 +122,7 @@ type splitCatalog struct {
 	last         *model.Catalog
 	warnedACL    atomic.Bool
 	converted    atomic.Uint64 // health answers converted
+	decoded      atomic.Uint64 // health answers decoded (healthEntries)
 	// stale holds why each sub-watch's latest answer was refused as
 	// stale; a sub-watch that answers well again leaves it.
 	stale map[*sub]string

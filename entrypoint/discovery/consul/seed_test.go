@@ -206,6 +206,9 @@ func TestSeededWaitsRunningOutChangeNothing(t *testing.T) {
 	if got := split.converted.Load(); got != 0 {
 		t.Errorf("%d answers converted, want none: no service changed since the seed", got)
 	}
+	if got := split.decoded.Load(); got != 0 {
+		t.Errorf("%d answers decoded, want none: every one is at or below the seed's index", got)
+	}
 	if _, now := r.last(); now != sent {
 		t.Errorf("%d snapshots after the waits ran out, want %d: nothing changed", now, sent)
 	}

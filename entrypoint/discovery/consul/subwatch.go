@@ -89,7 +89,7 @@ func (w *subWatch) loop(h *heldHealth) {
 				return
 			}
 			if err == nil {
-				ev, index, err = c.read(w.begin(), sb, w.cur.wait(), wait, w.passedList())
+				ev, index, err = c.read(w.begin(), sb, w.cur.wait(), wait, w.passedList(), w.quietTo())
 				w.end()
 			}
 		} else {
@@ -284,8 +284,9 @@ func (c *splitCatalog) answerHealth(h *heldHealth) (event, uint64, error) {
 }
 
 // read issues sb's query, waiting on index (for wait, or the configured
-// wait when 0), and converts its answer.
-func (c *splitCatalog) read(ctx context.Context, sb *sub, index uint64, wait time.Duration, passed *[32]byte) (event, uint64, error) {
+// wait when 0), and converts its answer (a health answer at or below
+// quietTo is not decoded: healthEntries).
+func (c *splitCatalog) read(ctx context.Context, sb *sub, index uint64, wait time.Duration, passed *[32]byte, quietTo uint64) (event, uint64, error) {
 	if sb.kind == partHealth {
 		index = healthIndex(index)
 	}
@@ -332,7 +333,7 @@ func (c *splitCatalog) read(ctx context.Context, sb *sub, index uint64, wait tim
 		// A blocking query (index > 0) on the health of a service is
 		// served by the agent from its streaming view (Consul 1.10+,
 		// use_streaming_backend, on by default) without a parameter.
-		ev.entries, meta, err = c.readHealth(opts, sb.name, index)
+		ev.entries, meta, err = c.readHealth(opts, sb.name, index, quietTo)
 		if err != nil {
 			return ev, 0, fmt.Errorf("reading service %q: %w", sb.name, err)
 		}

@@ -81,11 +81,20 @@ type viewTrail struct {
 
 // answeredHealth takes an answer of the agent's view of a service at
 // index; false when the context ended.
+// quietTo is the index at or below which an answer to w's next health
+// query is its wait running out, with nothing to decode or convert: a
+// seeded query's first answer at or below the dump's index (its service
+// did not change since); 0 otherwise.
+func (w *subWatch) quietTo() uint64 {
+	if w.sb.seed > 0 && w.cur.seen == 0 && !w.cur.reread {
+		return w.sb.seed
+	}
+	return 0
+}
+
 func (w *subWatch) answeredHealth(ev event, index uint64) bool {
 	c, ctx, sb, tr := w.c, w.ctx, w.sb, &w.trail
-	// A seeded query's first answer at or below the dump's index is its
-	// wait running out: its service did not change since.
-	quiet := sb.seed > 0 && w.cur.seen == 0 && !w.cur.reread && index != 0 && index <= sb.seed
+	quiet := index != 0 && index <= w.quietTo()
 	// Per-service queries would log the same restart a thousand times.
 	moved := w.cur.answered(index, nil, c.what(sb)) && !quiet
 	if moved || !w.have {
@@ -236,7 +245,7 @@ func (c *splitCatalog) direct(ctx context.Context, name string) (insts []model.I
 	opts, cancelQ := c.s.queryOptions(ctx, c.dc, 0)
 	defer cancelQ()
 	opts.AllowStale = false
-	entries, meta, err := c.readHealth(opts, name, 0)
+	entries, meta, err := c.readHealth(opts, name, 0, 0)
 	if err != nil {
 		return nil, 0, err
 	}
