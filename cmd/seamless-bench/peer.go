@@ -40,7 +40,7 @@ import (
 // new port, where a listener of its own answers; the sequence of (i, j) is
 // drawn from -seed without repeats, the same for every tool. Measured per
 // tool: from the Consul write returning to the new address in the rendered
-// file (and, for the built-in, to a request through HAProxy answered by
+// file (and, for the built-in and ctreload, to a request through HAProxy answered by
 // the new listener), Consul requests and bytes per change through its
 // proxy, the tool's CPU and the Consul agent's per change, RSS and peak.
 
@@ -74,12 +74,12 @@ type peerResult struct {
 	together             bool
 	register             time.Duration // the catalog written to Consul
 	ready                time.Duration // the tool started → the whole catalog in its file
-	readyServed          time.Duration // built-in: the tool started → its first and last service served
+	readyServed          time.Duration // built-in, ctreload: the tool started → its first and last service served
 	settled              time.Duration // the tool started → the Consul agent settled, and the changes began
 	unsettled            bool          // the agent did not settle within settleTimeout: the changes began anyway
 	asked                int
 	rendered             []time.Duration // by change seen: write → in the file
-	served               []time.Duration // built-in: write → served
+	served               []time.Duration // built-in, ctreload: write → served
 	traffic              proxyCounts     // through its proxy, over the changes
 	cpu                  time.Duration   // the tool's, over the changes
 	haproxy              time.Duration   // seamless: HAProxy's (master, workers), over the changes
@@ -89,7 +89,7 @@ type peerResult struct {
 	rssLoaded, rss, peak int64
 	peakLoaded           int64  // VmHWM when loaded: the start's
 	reads                int    // reads of the rendered file
-	probes               int    // built-in: requests sent to see changes served
+	probes               int    // built-in, ctreload: requests sent to see changes served
 	applies              string // seamless: seamless_config_applies_total by result, over the changes
 	maxConns             int    // the agent's http_max_conns_per_client
 	logs                 string
@@ -184,7 +184,7 @@ func parsePeerFlags(args []string, stderr io.Writer) (peerOptions, error) {
 	fs.BoolVar(&o.direct, "direct", false, "seamless talks to the Consul agent directly, not through the counting proxy: "+
 		"its Consul traffic is not measured, and the proxy's two descriptors per held query are saved "+
 		"(10,000 per-service watches need 20,000 in the benchmark's process)")
-	fs.DurationVar(&o.every, "poll", time.Millisecond, "interval of the requests through HAProxy that look for a change served (built-in)")
+	fs.DurationVar(&o.every, "poll", time.Millisecond, "interval of the requests through HAProxy that look for a change served (built-in, ctreload)")
 	fs.DurationVar(&o.changeTimeout, "change-timeout", 60*time.Second, "after the last change, how long the tools may take to show every change")
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Minute, "time limit for the whole benchmark")
 	fs.IntVar(&nofile, "nofile", 65536, "file descriptor limit for the benchmark and what it starts (raised if allowed)")

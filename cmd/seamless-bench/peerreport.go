@@ -171,22 +171,24 @@ func (c proxyCounts) answers() traffic {
 	return c.Kind[kindFirst].add(c.Kind[kindChange])
 }
 
-// peerBaseline is consul-template's row for r's catalog and mode; nil for
-// consul-template's own row or when it did not run.
 // peerServedBaseline is the consul-template + reload row r's change →
-// served compares with: the built-in's only.
+// served compares with: the built-in's only, and only when that row
+// served every change (percentiles of the changes it did serve would
+// flatter it).
 func peerServedBaseline(results []peerResult, r peerResult) *peerResult {
 	if r.tool != toolBuiltin {
 		return nil
 	}
 	for i, b := range results {
-		if b.tool == toolCTReload && b.size == r.size && b.together == r.together && len(b.served) > 0 {
+		if b.tool == toolCTReload && b.size == r.size && b.together == r.together && b.asked > 0 && len(b.served) == b.asked {
 			return &results[i]
 		}
 	}
 	return nil
 }
 
+// peerBaseline is consul-template's row for r's catalog and mode; nil for
+// consul-template's own row or when it did not run.
 func peerBaseline(results []peerResult, r peerResult) *peerResult {
 	if r.tool == toolCT {
 		return nil

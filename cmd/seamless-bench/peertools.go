@@ -103,7 +103,7 @@ type toolRun struct {
 	probing   sync.WaitGroup // probeServed goroutines
 
 	// served[k]: when a request through HAProxy first reached change k's
-	// listener (built-in only); zero: not yet.
+	// listener (tool.serves only); zero: not yet.
 	servedMu sync.Mutex
 	served   []time.Time
 	probes   int // requests sent for that

@@ -280,7 +280,8 @@ type Rendering struct {
 	// runtime API leaves their health alone (the source's is the truth).
 	NoHealthChecks bool
 	// Recheck, when set, is when the same State must be rendered again
-	// (a removed instance has finished draining).
+	// (a removed instance has finished draining, and the slack after it
+	// for other drains and changes to share the apply has passed).
 	Recheck time.Time
 	// Routes are the built-in template's routes in the order HAProxy
 	// tries them, for /status; empty for user templates.

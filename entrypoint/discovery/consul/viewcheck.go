@@ -79,8 +79,6 @@ type viewTrail struct {
 	restarted bool
 }
 
-// answeredHealth takes an answer of the agent's view of a service at
-// index; false when the context ended.
 // quietTo is the index at or below which an answer to w's next health
 // query is its wait running out, with nothing to decode or convert: a
 // seeded query's first answer at or below the dump's index (its service
@@ -92,6 +90,8 @@ func (w *subWatch) quietTo() uint64 {
 	return 0
 }
 
+// answeredHealth takes an answer of the agent's view of a service at
+// index; false when the context ended.
 func (w *subWatch) answeredHealth(ev event, index uint64) bool {
 	c, ctx, sb, tr := w.c, w.ctx, w.sb, &w.trail
 	quiet := index != 0 && index <= w.quietTo()
