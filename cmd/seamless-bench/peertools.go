@@ -14,8 +14,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/seamless-lb/seamless/internal/procfs"
 )
 
 // The tools `seamless-bench peer` compares, and how each is run.
@@ -150,16 +148,8 @@ func (t *toolRun) stop() error {
 		// command, of which none runs for long.
 		err = t.ct.stop(syscall.SIGINT, stopGrace)
 	}
-	if t.daemons != "" {
-		// The daemons are no children of consul-template's: the current one
-		// is in the pidfile, and old ones may still be finishing.
-		pids, _ := readPidfile(filepath.Join(t.daemons, "haproxy.pid"))
-		for _, pid := range procfs.Mentioning(t.daemons) {
-			if !slices.Contains(pids, pid) {
-				pids = append(pids, pid)
-			}
-		}
-		err = errors.Join(err, stopDaemons(pids, t.daemons, stopGrace))
+	if t.daemons != "" { // no children of consul-template's
+		err = errors.Join(err, stopDaemonsIn(filepath.Join(t.daemons, "haproxy.pid"), t.daemons, stopGrace))
 	}
 	if t.d != nil {
 		err = t.d.stop()

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -192,6 +193,20 @@ func readPidfile(path string) ([]int, error) {
 		pids = append(pids, pid)
 	}
 	return pids, nil
+}
+
+// stopDaemonsIn stops the HAProxy daemons of a private directory dir: the
+// pidfile's, and every process that names dir, since old daemons may
+// still be finishing and a launcher cut short may have left one it never
+// wrote to the pidfile.
+func stopDaemonsIn(pidfile, dir string, grace time.Duration) error {
+	pids, _ := readPidfile(pidfile)
+	for _, pid := range procfs.Mentioning(dir) {
+		if !slices.Contains(pids, pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return stopDaemons(pids, dir, grace)
 }
 
 // stopDaemons sends SIGTERM to those of pids that we own, waits up to grace

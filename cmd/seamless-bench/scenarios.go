@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -221,18 +220,7 @@ func (s *legacy) reload(ctx context.Context) (time.Duration, error) {
 	return time.Since(t0), err
 }
 
-func (s *legacy) stop() error {
-	// Old daemons may still be finishing, and a launcher cut short may have
-	// left a daemon it never wrote to the pidfile: stop every process that
-	// names our private directory, which includes the pidfile's.
-	pids, _ := readPidfile(s.pidfile)
-	for _, pid := range procfs.Mentioning(s.env.dir) {
-		if !slices.Contains(pids, pid) {
-			pids = append(pids, pid)
-		}
-	}
-	return stopDaemons(pids, s.env.dir, stopGrace)
-}
+func (s *legacy) stop() error { return stopDaemonsIn(s.pidfile, s.env.dir, stopGrace) }
 
 // hardRestart is scenario d: what a PID 1 that dies on HUP gives. HAProxy
 // is terminated and started again, closing its listener in between.
