@@ -3,19 +3,67 @@ package template
 import (
 	"cmp"
 	"fmt"
-	"iter"
 	"maps"
 	"net"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/seamless-lb/seamless/entrypoint/model"
 )
 
+// view is a catalog as the catalog functions read it: without what a
+// template must not see (see cleanRun), as the runs of instances the
+// catalog holds (one per service in a sorted catalog).
+type view struct {
+	dc     string // the catalog's datacenter, else the one asked for
+	nodes  []model.Node
+	runs   []*run            // in the catalog's order
+	byName map[string][]*run // runs left with an instance; a catalog not sorted by service may hold a name in several
+	names  []string          // byName's keys, sorted
+}
+
+// run is one list of a catalog's instances as the template functions read
+// it, converted when first asked. Successive catalogs share the lists of
+// the services that did not change, so a Template keeps each list's run
+// from one render to the next (runCache): a change converts what changed.
+// Nothing a template can do writes a run's values.
+type run struct {
+	clean   []model.Instance // the list less what the template must not see; the list itself when clean
+	skipped []string         // what cleaning left out, reported at every render
+	tags    ServiceTags      // sorted union of clean's tags, once tagsDone
+	health  []*HealthService // clean's, sorted by node then ID, once healthDone
+
+	tagsDone, healthDone bool
+}
+
+// runKey names a list (catalogs are never written, and the key keeps the
+// list's array alive, so the address names one content) and the
+// datacenter its instances fall back to.
+type runKey struct {
+	first *model.Instance
+	n     int
+	dc    string
+}
+
+// converted is what a render made of its inputs that the next one may
+// reuse, each a function of its key alone.
+type converted struct {
+	runs  map[runKey]*run
+	specs map[string]serviceQuery // `service` arguments, parsed
+}
+
+// runCache holds what the latest render that had it converted. One render
+// at a time uses it; a render that finds it in use converts everything.
+type runCache struct {
+	mu   sync.Mutex
+	last converted
+}
+
 // catalog returns the catalog of dc ("" = the merged local one), or false
 // when the state has no answer yet.
-func (r *render) catalog(dc string) (*model.Catalog, bool) {
+func (r *render) catalog(dc string) (*view, bool) {
 	q := model.LocalCatalog
 	if dc != "" {
 		q = model.Query{Kind: model.QueryCatalog, Datacenter: dc}
@@ -24,35 +72,28 @@ func (r *render) catalog(dc string) (*model.Catalog, bool) {
 	if !ok {
 		return nil, false
 	}
-	if res.Catalog == nil {
-		return &model.Catalog{Datacenter: dc}, true
+	if v, ok := r.views[q]; ok {
+		return v, true
 	}
-	if c, ok := r.clean[q]; ok {
-		return c, true
+	c := res.Catalog
+	if c == nil {
+		c = &model.Catalog{}
 	}
-	c := r.withoutControls(res.Catalog)
-	if r.clean == nil {
-		r.clean = map[model.Query]*model.Catalog{}
+	v := r.newView(c, cmp.Or(c.Datacenter, dc))
+	if r.views == nil {
+		r.views = map[model.Query]*view{}
 	}
-	r.clean[q] = c
-	return c, true
+	r.views[q] = v
+	return v, true
 }
 
-// withoutControls keeps out of the template what a template printing
-// values raw, as consul-template templates do, would let write into
-// HAProxy's configuration. An instance that fails model.CheckInstance (the
-// rule the built-in template applies too: names without whitespace or
-// control characters, an address that is an IP or a DNS name) is left out
-// whole, as is a node whose name or address fails the same checks: without
-// its identity an instance means nothing. A control character (a newline
-// above all) anywhere else leaves out only what holds it: that tag, that
-// meta or tagged-address key, that node ID, kind or namespace. A template
-// that never prints the field keeps the instance, as with consul-template.
-// With Options.RawMeta, meta values keep theirs (a multi-line certificate
-// inserted with indent). KV values are not filtered (multi-line values are
-// legitimate); templates quote them with haproxyQuote.
-func (r *render) withoutControls(c *model.Catalog) *model.Catalog {
-	out := &model.Catalog{Datacenter: c.Datacenter}
+// newView makes c's view. A node whose name or address fails
+// model.CheckName or model.CheckAddress is left out whole, and so are its
+// instances (without its identity an instance means nothing); a control
+// character in any other field of a node leaves out only that field, as
+// cleanRun does for instances.
+func (r *render) newView(c *model.Catalog, dc string) *view {
+	v := &view{dc: dc, byName: map[string][]*run{}}
 	reported := map[string]bool{}
 	report := func(s string) {
 		if !reported[s] {
@@ -73,51 +114,152 @@ func (r *render) withoutControls(c *model.Catalog) *model.Catalog {
 		n.ID = cleanField(what, "ID", n.ID, report)
 		n.Meta = cleanMap(what, "meta", n.Meta, r.t.opts.RawMeta, report)
 		n.TaggedAddresses = cleanMap(what, "tagged address", n.TaggedAddresses, false, report)
-		out.Nodes = append(out.Nodes, n)
+		v.nodes = append(v.nodes, n)
 	}
-	out.Instances = make([]model.Instance, 0, c.Len())
-	for in := range eachInstance(c) {
-		if err := model.CheckInstance(in); err != nil {
-			report(fmt.Sprintf("service %q instance %q: %v; instance left out", in.Name, in.ID, err))
-			continue
+	for list := range c.Services() {
+		rn := r.run(list, dc)
+		for _, s := range rn.skipped {
+			report(s)
 		}
-		// Named only when something is reported: most instances are clean.
-		what := func() string { return fmt.Sprintf("service %q instance %q", in.Name, in.ID) }
-		node := func() string { return fmt.Sprintf("node %q", in.Node) }
-		in.NodeID = cleanField(node, "ID", in.NodeID, report)
-		in.Kind = cleanField(what, "kind", in.Kind, report)
-		in.Namespace = cleanField(what, "namespace", in.Namespace, report)
-		if slices.ContainsFunc(in.Tags, func(t string) bool { return hasControl(t) }) {
-			tags := make([]string, 0, len(in.Tags))
-			for _, t := range in.Tags {
-				if hasControl(t) {
-					report(fmt.Sprintf("%s: tag %q has a control character; tag left out", what(), t))
-					continue
-				}
-				tags = append(tags, t)
+		v.runs = append(v.runs, rn)
+		if len(rn.clean) > 0 {
+			name := rn.clean[0].Name
+			if v.byName[name] == nil {
+				v.names = append(v.names, name)
 			}
-			in.Tags = tags
+			v.byName[name] = append(v.byName[name], rn)
 		}
-		in.Meta = cleanMap(what, "meta", in.Meta, r.t.opts.RawMeta, report)
-		in.TaggedAddresses = cleanMap(what, "tagged address", in.TaggedAddresses, false, report)
-		in.NodeMeta = cleanMap(node, "meta", in.NodeMeta, r.t.opts.RawMeta, report)
-		in.NodeTaggedAddresses = cleanMap(node, "tagged address", in.NodeTaggedAddresses, false, report)
-		out.Instances = append(out.Instances, in)
 	}
-	return out
+	slices.Sort(v.names)
+	return v
 }
 
-// eachInstance yields a copy of each of c's instances, to be cleaned.
-func eachInstance(c *model.Catalog) iter.Seq[model.Instance] {
-	return func(yield func(model.Instance) bool) {
-		for s := range c.Services() {
-			for _, in := range s {
-				if !yield(in) {
-					return
-				}
+// run returns list's run: this render's, the cache's, or a new one.
+func (r *render) run(list []model.Instance, dc string) *run {
+	k := runKey{first: &list[0], n: len(list), dc: dc}
+	if rn, ok := r.used.runs[k]; ok {
+		return rn
+	}
+	rn, ok := r.cached.runs[k]
+	if !ok {
+		rn = cleanRun(list, r.t.opts.RawMeta)
+	}
+	if r.used.runs == nil {
+		r.used.runs = map[runKey]*run{}
+	}
+	r.used.runs[k] = rn
+	return rn
+}
+
+// cleanRun keeps out of the template what a template printing values
+// raw, as consul-template templates do, would let write into HAProxy's
+// configuration. An instance that fails model.CheckInstance (the rule the
+// built-in template applies too: names without whitespace or control
+// characters, an address that is an IP or a DNS name) is left out whole.
+// A control character (a newline above all) anywhere else leaves out only
+// what holds it: that tag, that meta or tagged-address key, that node ID,
+// kind or namespace. A template that never prints the field keeps the
+// instance, as with consul-template. With rawMeta, meta values keep
+// theirs (a multi-line certificate inserted with indent). KV values are
+// not filtered (multi-line values are legitimate); templates quote them
+// with haproxyQuote.
+func cleanRun(list []model.Instance, rawMeta bool) *run {
+	rn := &run{clean: list}
+	var reported map[string]bool
+	dirty := false
+	report := func(s string) {
+		dirty = true
+		if !reported[s] {
+			if reported == nil {
+				reported = map[string]bool{}
 			}
+			reported[s] = true
+			rn.skipped = append(rn.skipped, s)
 		}
 	}
+	var out []model.Instance // nil while every instance is kept as it is
+	for i, in := range list {
+		dirty = false
+		in, ok := cleanInstance(in, rawMeta, report)
+		if !dirty && out == nil {
+			continue
+		}
+		if out == nil {
+			out = append(make([]model.Instance, 0, len(list)), list[:i]...)
+		}
+		if ok {
+			out = append(out, in)
+		}
+	}
+	if out != nil {
+		rn.clean = out
+	}
+	return rn
+}
+
+// cleanInstance is in less what the template must not see (cleanRun), or
+// false when nothing of it may be seen.
+func cleanInstance(in model.Instance, rawMeta bool, report func(string)) (model.Instance, bool) {
+	if err := model.CheckInstance(in); err != nil {
+		report(fmt.Sprintf("service %q instance %q: %v; instance left out", in.Name, in.ID, err))
+		return in, false
+	}
+	// Named only when something is reported: most instances are clean.
+	what := func() string { return fmt.Sprintf("service %q instance %q", in.Name, in.ID) }
+	node := func() string { return fmt.Sprintf("node %q", in.Node) }
+	in.NodeID = cleanField(node, "ID", in.NodeID, report)
+	in.Kind = cleanField(what, "kind", in.Kind, report)
+	in.Namespace = cleanField(what, "namespace", in.Namespace, report)
+	if slices.ContainsFunc(in.Tags, func(t string) bool { return hasControl(t) }) {
+		tags := make([]string, 0, len(in.Tags))
+		for _, t := range in.Tags {
+			if hasControl(t) {
+				report(fmt.Sprintf("%s: tag %q has a control character; tag left out", what(), t))
+				continue
+			}
+			tags = append(tags, t)
+		}
+		in.Tags = tags
+	}
+	in.Meta = cleanMap(what, "meta", in.Meta, rawMeta, report)
+	in.TaggedAddresses = cleanMap(what, "tagged address", in.TaggedAddresses, false, report)
+	in.NodeMeta = cleanMap(node, "meta", in.NodeMeta, rawMeta, report)
+	in.NodeTaggedAddresses = cleanMap(node, "tagged address", in.NodeTaggedAddresses, false, report)
+	return in, true
+}
+
+// healthServices returns the run's instances as `service` returns them,
+// falling back to datacenter dc (the run's key holds it).
+func (rn *run) healthServices(dc string) []*HealthService {
+	if !rn.healthDone {
+		all := make([]HealthService, len(rn.clean))
+		rn.health = make([]*HealthService, len(rn.clean))
+		for i := range rn.clean {
+			fillHealthService(&all[i], &rn.clean[i], cmp.Or(rn.clean[i].Datacenter, dc))
+			rn.health[i] = &all[i]
+		}
+		slices.SortStableFunc(rn.health, compareHealthServices)
+		rn.healthDone = true
+	}
+	return rn.health
+}
+
+func compareHealthServices(a, b *HealthService) int {
+	return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID))
+}
+
+// tagUnion returns the sorted union of the run's tags.
+func (rn *run) tagUnion() ServiceTags {
+	if !rn.tagsDone {
+		var tags []string
+		for _, in := range rn.clean {
+			tags = append(tags, in.Tags...)
+		}
+		slices.Sort(tags)
+		rn.tags = ServiceTags(slices.Compact(tags))
+		rn.tagsDone = true
+	}
+	return rn.tags
 }
 
 // cleanField is v, or "" when it holds a control character.
@@ -173,7 +315,7 @@ func (r *render) service(args ...string) ([]*HealthService, error) {
 	if len(args) == 0 || args[0] == "" {
 		return out, nil
 	}
-	q, err := parseServiceQuery(strings.Join(args, "|"), r.t.health)
+	q, err := r.serviceQuery(strings.Join(args, "|"))
 	if err != nil {
 		return nil, err
 	}
@@ -182,43 +324,48 @@ func (r *render) service(args ...string) ([]*HealthService, error) {
 		// incomplete configuration must not be applied.
 		return nil, fmt.Errorf("service %q is not watched: SEAMLESS_CONSUL_SERVICES names the services the template may read; add it", q.name)
 	}
-	cat, ok := r.catalog(q.dc)
+	v, ok := r.catalog(q.dc)
 	if !ok {
 		return out, nil
 	}
-	for _, i := range r.instancesOf(cat, q.name) {
-		in := &cat.Instances[i]
-		if (q.tag != "" && !slices.Contains(in.Tags, q.tag)) || !model.HealthFilter(q.filter, in.Status) {
-			continue
+	runs := v.byName[q.name]
+	for _, rn := range runs {
+		for _, hs := range rn.healthServices(v.dc) {
+			if (q.tag != "" && !slices.Contains(hs.Tags, q.tag)) || !model.HealthFilter(q.filter, hs.Status) {
+				continue
+			}
+			out = append(out, hs)
 		}
-		out = append(out, newHealthService(in, cmp.Or(in.Datacenter, cat.Datacenter, q.dc)))
 	}
-	slices.SortStableFunc(out, func(a, b *HealthService) int {
-		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID))
-	})
+	if len(runs) > 1 {
+		slices.SortStableFunc(out, compareHealthServices)
+	}
 	return out, nil
 }
 
-// instancesOf returns the indices of name's instances in cat, in cat's
-// order, from an index made at the first call for cat: a template that
-// asks for each of S services would otherwise read the catalog S times.
-func (r *render) instancesOf(cat *model.Catalog, name string) []int {
-	idx, ok := r.byName[cat]
-	if !ok {
-		idx = map[string][]int{}
-		for i := range cat.Instances {
-			idx[cat.Instances[i].Name] = append(idx[cat.Instances[i].Name], i)
-		}
-		if r.byName == nil {
-			r.byName = map[*model.Catalog]map[string][]int{}
-		}
-		r.byName[cat] = idx
+// serviceQuery is parseServiceQuery with the template's default filter:
+// a template asks the same few shapes of every service at every render.
+func (r *render) serviceQuery(spec string) (serviceQuery, error) {
+	if q, ok := r.used.specs[spec]; ok {
+		return q, nil
 	}
-	return idx[name]
+	q, ok := r.cached.specs[spec]
+	if !ok {
+		var err error
+		if q, err = parseServiceQuery(spec, r.t.health); err != nil {
+			return q, err
+		}
+	}
+	if r.used.specs == nil {
+		r.used.specs = map[string]serviceQuery{}
+	}
+	r.used.specs[spec] = q
+	return q, nil
 }
 
-func newHealthService(in *model.Instance, dc string) *HealthService {
-	hs := &HealthService{
+// fillHealthService makes *hs in's; hs owns its maps and slices.
+func fillHealthService(hs *HealthService, in *model.Instance, dc string) {
+	*hs = HealthService{
 		Node:                   in.Node,
 		NodeID:                 in.NodeID,
 		Kind:                   in.Kind,
@@ -250,7 +397,6 @@ func newHealthService(in *model.Instance, dc string) *HealthService {
 			})
 		}
 	}
-	return hs
 }
 
 // splitTaggedAddress reads "host:port" (the model keeps tagged addresses
@@ -290,21 +436,22 @@ func (r *render) services(args ...string) ([]*CatalogSnippet, error) {
 	if err != nil {
 		return nil, err
 	}
-	cat, ok := r.catalog(dc)
+	v, ok := r.catalog(dc)
 	if !ok {
 		return out, nil
 	}
-	tags := map[string]map[string]bool{}
-	for _, in := range cat.Instances {
-		if tags[in.Name] == nil {
-			tags[in.Name] = map[string]bool{}
+	for _, name := range v.names {
+		runs := v.byName[name]
+		tags := runs[0].tagUnion()
+		if len(runs) > 1 {
+			tags = nil
+			for _, rn := range runs {
+				tags = append(tags, rn.tagUnion()...)
+			}
+			slices.Sort(tags)
+			tags = slices.Compact(tags)
 		}
-		for _, t := range in.Tags {
-			tags[in.Name][t] = true
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(tags)) {
-		out = append(out, &CatalogSnippet{Name: name, Tags: ServiceTags(slices.Sorted(maps.Keys(tags[name])))})
+		out = append(out, &CatalogSnippet{Name: name, Tags: tags})
 	}
 	return out, nil
 }
@@ -316,12 +463,12 @@ func (r *render) nodes(args ...string) ([]*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	cat, ok := r.catalog(dc)
+	v, ok := r.catalog(dc)
 	if !ok {
 		return out, nil
 	}
-	for i := range cat.Nodes {
-		out = append(out, newNode(&cat.Nodes[i], cmp.Or(cat.Datacenter, dc)))
+	for i := range v.nodes {
+		out = append(out, newNode(&v.nodes[i], v.dc))
 	}
 	slices.SortStableFunc(out, func(a, b *Node) int {
 		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.Address, b.Address))
@@ -345,23 +492,25 @@ func (r *render) node(args ...string) (*CatalogNode, error) {
 		return nil, err
 	}
 	name := cmp.Or(q.name, r.t.opts.NodeName)
-	cat, ok := r.catalog(q.dc)
+	v, ok := r.catalog(q.dc)
 	if !ok {
 		return nil, nil
 	}
-	i := slices.IndexFunc(cat.Nodes, func(n model.Node) bool { return n.Name == name })
+	i := slices.IndexFunc(v.nodes, func(n model.Node) bool { return n.Name == name })
 	if i < 0 {
 		return nil, nil
 	}
-	cn := &CatalogNode{Node: newNode(&cat.Nodes[i], cmp.Or(cat.Datacenter, q.dc)), Services: []*CatalogNodeService{}}
-	for _, in := range cat.Instances {
-		if in.Node != name {
-			continue
+	cn := &CatalogNode{Node: newNode(&v.nodes[i], v.dc), Services: []*CatalogNodeService{}}
+	for _, rn := range v.runs {
+		for _, in := range rn.clean {
+			if in.Node != name {
+				continue
+			}
+			cn.Services = append(cn.Services, &CatalogNodeService{
+				ID: in.ServiceID(), Service: in.Name, Tags: sortedTags(in.Tags), Meta: cloneMap(in.Meta),
+				Port: in.Port, Address: in.Address,
+			})
 		}
-		cn.Services = append(cn.Services, &CatalogNodeService{
-			ID: in.ServiceID(), Service: in.Name, Tags: sortedTags(in.Tags), Meta: cloneMap(in.Meta),
-			Port: in.Port, Address: in.Address,
-		})
 	}
 	slices.SortStableFunc(cn.Services, func(a, b *CatalogNodeService) int {
 		return cmp.Or(cmp.Compare(a.Service, b.Service), cmp.Compare(a.ID, b.ID))

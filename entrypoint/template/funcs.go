@@ -23,8 +23,9 @@ type render struct {
 	missing map[model.Query]bool
 	skipped []string
 	scratch Scratch
-	clean   map[model.Query]*model.Catalog // catalogs without unrepresentable entries
-	byName  map[*model.Catalog]map[string][]int
+	views   map[model.Query]*view
+	cached  converted // by the previous render that had the cache; empty without it
+	used    converted // by this render
 }
 
 // result records q and returns State's answer; without one q is missing.

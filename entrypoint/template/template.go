@@ -99,8 +99,9 @@ type Options struct {
 // Template is a parsed user template; it implements model.Renderer.
 // Render may be called from several goroutines; besides the parsed
 // template, a Template keeps only its latest complete rendering (for
-// Origin) and the warnings it has logged, so the output stays a function
-// of the State.
+// Origin), the warnings it has logged and the catalog's lists as the
+// latest render converted them (a function of the lists alone), so the
+// output stays a function of the State.
 type Template struct {
 	path   string
 	opts   Options
@@ -114,6 +115,7 @@ type Template struct {
 	// rendering, for Origin.
 	text string
 	last *lastRender
+	runs *runCache
 }
 
 var _ model.Renderer = (*Template)(nil)
@@ -152,7 +154,7 @@ func parseText(path, text string, opts Options) (*Template, error) {
 	if err != nil {
 		return nil, fmt.Errorf("template: default health filter: %w", err)
 	}
-	t := &Template{path: path, opts: opts, health: health, warned: &sync.Map{}, text: text, last: &lastRender{}}
+	t := &Template{path: path, opts: opts, health: health, warned: &sync.Map{}, text: text, last: &lastRender{}, runs: &runCache{}}
 	base := template.New(path).Delims(opts.LeftDelim, opts.RightDelim)
 	if opts.ErrOnMissingKey {
 		base.Option("missingkey=error")
@@ -197,6 +199,13 @@ func (t *Template) Render(st model.State) (model.Rendering, error) {
 		st:      st,
 		queries: map[model.Query]bool{},
 		missing: map[model.Query]bool{},
+	}
+	if t.runs.mu.TryLock() {
+		r.cached = t.runs.last
+		defer func() {
+			t.runs.last = r.used // what this render did not read is gone
+			t.runs.mu.Unlock()
+		}()
 	}
 	tmpl, err := t.newTemplate(r)
 	if err != nil {

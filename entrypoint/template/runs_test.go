@@ -1,0 +1,201 @@
+package template
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/seamless-lb/seamless/entrypoint/model"
+)
+
+// perService is a state whose local catalog is lists, as the Consul
+// source makes it: one list per service, shared with the previous catalog
+// when the service did not change.
+func perService(lists ...[]model.Instance) model.State {
+	return model.NewState(map[model.Query]model.Result{
+		model.LocalCatalog: {Catalog: model.PerService("dc1", nil, lists, 1)},
+	})
+}
+
+func instanceOf(name string, node, port int, tags ...string) model.Instance {
+	return model.Instance{
+		Source: "consul", Datacenter: "dc1", Name: name, ID: fmt.Sprintf("%s-%d", name, node),
+		Node: fmt.Sprintf("node%d", node), NodeAddress: fmt.Sprintf("10.0.0.%d", node),
+		Address: fmt.Sprintf("10.0.0.%d", node), Port: port, Status: model.StatusPassing, Tags: tags,
+	}
+}
+
+// A change to one service converts that service's list alone: the other
+// lists' runs are the previous render's, the replaced list's run is
+// forgotten, and what cleaning left out of a kept run is still reported.
+func TestAChangeConvertsOnlyTheServiceThatChanged(t *testing.T) {
+	tmpl, err := parseText("c.tmpl", `{{range services}}{{range service .Name}}{{.Name}} {{.Address}}:{{.Port}} {{.Tags}}
+{{end}}{{end}}`, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := []model.Instance{instanceOf("api", 1, 9090)}
+	db := []model.Instance{instanceOf("db", 2, 5432, "primary", "bad\ntag")}
+	web := []model.Instance{instanceOf("web", 1, 8080, "http"), instanceOf("web", 2, 8080, "http")}
+	first, err := tmpl.Render(perService(api, db, web))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := tmpl.runs.last.runs
+	runOf := func(list []model.Instance) *run { return runs[runKey{first: &list[0], n: len(list), dc: "dc1"}] }
+	before := map[string]*run{"api": runOf(api), "db": runOf(db), "web": runOf(web)}
+	for name, rn := range before {
+		if rn == nil {
+			t.Fatalf("no run kept for %s after the first render: %v", name, runs)
+		}
+	}
+
+	moved := []model.Instance{instanceOf("api", 1, 9191)}
+	second, err := tmpl.Render(perService(moved, db, web))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "api 10.0.0.1:9191 []\ndb 10.0.0.2:5432 [primary]\nweb 10.0.0.1:8080 [http]\nweb 10.0.0.2:8080 [http]\n"
+	if string(second.Config) != want {
+		t.Fatalf("after the change:\n%s\nwant\n%s", second.Config, want)
+	}
+	runs = tmpl.runs.last.runs
+	if runOf(db) != before["db"] || runOf(web) != before["web"] {
+		t.Errorf("an unchanged service was converted again")
+	}
+	if runOf(api) != nil || runOf(moved) == nil || len(runs) != 3 {
+		t.Errorf("the runs kept: %v; want those of the three lists of the second catalog", runs)
+	}
+	if len(first.Skipped) != 1 || !slices.Equal(first.Skipped, second.Skipped) {
+		t.Errorf("skipped: first %q, second %q; want db's tag reported at both", first.Skipped, second.Skipped)
+	}
+}
+
+// Renders that reuse the previous one's runs produce what a template that
+// never rendered produces, whatever changes between them: lists kept,
+// replaced, added, removed, hostile, or a name in several runs of a
+// catalog not sorted by service.
+func TestRendersReusingRunsEqualFreshRenders(t *testing.T) {
+	const text = `{{range services}}{{.Name}} {{.Tags}}:{{range service .Name "any"}} {{.ID}}@{{.Node}}={{.Address}}:{{.Port}}/{{.Status}}{{.Tags}}{{end}}
+{{end}}release:{{range service "release.web"}} {{.ID}}{{end}}
+warning:{{range service "web|warning"}} {{.ID}}{{end}}
+{{with node "node1"}}{{range .Services}}{{.Service}}/{{.ID}} {{end}}{{end}}
+{{range nodes}}{{.Node}} {{end}}`
+	cached, err := parseText("r.tmpl", text, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	statuses := []string{model.StatusPassing, model.StatusWarning, model.StatusCritical}
+	newList := func(name string) []model.Instance {
+		var l []model.Instance
+		for node := range 1 + rng.IntN(3) {
+			in := instanceOf(name, node+1, 8000+rng.IntN(3), "release")
+			in.Status = statuses[rng.IntN(len(statuses))]
+			switch rng.IntN(8) {
+			case 0:
+				in.Tags = append(in.Tags, "bad\ntag")
+			case 1:
+				in.Address = "10.0.0.1 backup"
+			}
+			l = append(l, in)
+		}
+		return l
+	}
+	lists := map[string][]model.Instance{}
+	for step := range 200 {
+		name := fmt.Sprintf("svc%d", rng.IntN(6))
+		if name == "svc0" {
+			name = "web"
+		}
+		if rng.IntN(5) == 0 {
+			delete(lists, name)
+		} else {
+			lists[name] = newList(name)
+		}
+		var st model.State
+		if rng.IntN(4) == 0 {
+			// One list, not sorted by service: a name may come in
+			// several runs.
+			var all []model.Instance
+			for _, l := range lists {
+				all = append(all, l...)
+			}
+			rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+			st = model.NewState(map[model.Query]model.Result{
+				model.LocalCatalog: {Catalog: &model.Catalog{Datacenter: "dc1", Instances: all, Nodes: []model.Node{{Name: "node1", Address: "10.0.0.1"}}}},
+			})
+		} else {
+			var names []string
+			for n := range lists {
+				names = append(names, n)
+			}
+			slices.Sort(names)
+			var ls [][]model.Instance
+			for _, n := range names {
+				ls = append(ls, lists[n])
+			}
+			st = perService(ls...)
+		}
+		fresh, err := parseText("r.tmpl", text, testOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := cached.Render(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := fresh.Render(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got.Config) != string(want.Config) || !slices.Equal(got.Skipped, want.Skipped) {
+			t.Fatalf("step %d: reusing runs rendered\n%s%q\na fresh template\n%s%q", step, got.Config, got.Skipped, want.Config, want.Skipped)
+		}
+	}
+}
+
+// One change in a catalog of 1,000 services of 10 instances each, as
+// the peer benchmark makes them, rendered by its classic template.
+func BenchmarkRenderOneChangeAt1000x10(b *testing.B) {
+	tmpl, err := parseText("peer.tmpl", `global
+    maxconn {{ keyOrDefault "service/haproxy/maxconn" "4096" }}
+frontend http-in
+    bind :80{{ range services }}
+    use_backend {{ .Name }} if { hdr(host) -i {{ .Name }}.example }{{ end }}
+{{ range services }}
+backend {{ .Name }}
+    balance roundrobin{{ range service .Name }}
+    server {{ .ID }} {{ .Address }}:{{ .Port }}{{ end }}
+{{ end }}`, testOptions())
+	if err != nil {
+		b.Fatal(err)
+	}
+	lists := make([][]model.Instance, 1000)
+	for s := range lists {
+		for i := range 10 {
+			lists[s] = append(lists[s], instanceOf(fmt.Sprintf("svc%04d", s), i+1, 20000+i))
+		}
+	}
+	kv := map[model.Query]model.Result{keyQ("service/haproxy/maxconn"): {}}
+	state := func() model.State {
+		res := map[model.Query]model.Result{model.LocalCatalog: {Catalog: model.PerService("dc1", nil, lists, 1)}}
+		for q, r := range kv {
+			res[q] = r
+		}
+		return model.NewState(res)
+	}
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		s := n % len(lists)
+		moved := slices.Clone(lists[s])
+		moved[0].Port++
+		lists[s] = moved
+		n++
+		if _, err := tmpl.Render(state()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
