@@ -28,7 +28,7 @@ type view struct {
 // it, converted when first asked. Successive catalogs share the lists of
 // the services that did not change, so a Template keeps each list's run
 // from one render to the next (runCache): a change converts what changed.
-// Nothing a template can do writes a run's values.
+// A template is handed copies of a run's values (HealthService.copy).
 type run struct {
 	clean   []model.Instance // the list less what the template must not see; the list itself when clean
 	skipped []string         // what cleaning left out, reported at every render
@@ -340,7 +340,31 @@ func (r *render) service(args ...string) ([]*HealthService, error) {
 	if len(runs) > 1 {
 		slices.SortStableFunc(out, compareHealthServices)
 	}
+	own := make([]HealthService, len(out))
+	for i, hs := range out {
+		own[i] = hs.copy()
+		out[i] = &own[i]
+	}
 	return out, nil
+}
+
+// copy is hs with maps and checks of its own. A run's HealthServices
+// outlive the render, and a template can write what it is handed: a deep
+// merge (mergeMap, sprig_merge…) writes into the maps and structs its
+// destination reaches.
+func (hs *HealthService) copy() HealthService {
+	c := *hs
+	c.NodeTaggedAddresses = maps.Clone(hs.NodeTaggedAddresses)
+	c.NodeMeta = maps.Clone(hs.NodeMeta)
+	c.ServiceMeta = maps.Clone(hs.ServiceMeta)
+	c.ServiceTaggedAddresses = maps.Clone(hs.ServiceTaggedAddresses)
+	c.Tags = slices.Clone(hs.Tags)
+	c.Checks = make(HealthChecks, len(hs.Checks))
+	for i, ch := range hs.Checks {
+		cc := *ch
+		c.Checks[i] = &cc
+	}
+	return c
 }
 
 // serviceQuery is parseServiceQuery with the template's default filter:

@@ -77,8 +77,9 @@ func TestAChangeConvertsOnlyTheServiceThatChanged(t *testing.T) {
 // replaced, added, removed, hostile, or a name in several runs of a
 // catalog not sorted by service.
 func TestRendersReusingRunsEqualFreshRenders(t *testing.T) {
-	const text = `{{range services}}{{.Name}} {{.Tags}}:{{range service .Name "any"}} {{.ID}}@{{.Node}}={{.Address}}:{{.Port}}/{{.Status}}{{.Tags}}{{end}}
+	const text = `{{range services}}{{.Name}} {{.Tags}}:{{range service .Name "any"}} {{.ID}}@{{.Node}}={{.Address}}:{{.Port}}/{{.Status}}{{.Tags}}{{.NodeDatacenter}}{{end}}
 {{end}}release:{{range service "release.web"}} {{.ID}}{{end}}
+dc2:{{range service "web@dc2|any"}} {{.ID}}/{{.NodeDatacenter}}{{end}}
 warning:{{range service "web|warning"}} {{.ID}}{{end}}
 {{with node "node1"}}{{range .Services}}{{.Service}}/{{.ID}} {{end}}{{end}}
 {{range nodes}}{{.Node}} {{end}}`
@@ -93,6 +94,9 @@ warning:{{range service "web|warning"}} {{.ID}}{{end}}
 		for node := range 1 + rng.IntN(3) {
 			in := instanceOf(name, node+1, 8000+rng.IntN(3), "release")
 			in.Status = statuses[rng.IntN(len(statuses))]
+			if rng.IntN(2) == 0 {
+				in.Datacenter = "" // the catalog's, which dc2's shares the lists with dc1's
+			}
 			switch rng.IntN(8) {
 			case 0:
 				in.Tags = append(in.Tags, "bad\ntag")
@@ -136,7 +140,10 @@ warning:{{range service "web|warning"}} {{.ID}}{{end}}
 			for _, n := range names {
 				ls = append(ls, lists[n])
 			}
-			st = perService(ls...)
+			st = model.NewState(map[model.Query]model.Result{
+				model.LocalCatalog: {Catalog: model.PerService("dc1", nil, ls, 1)},
+				{Kind: model.QueryCatalog, Datacenter: "dc2"}: {Catalog: model.PerService("dc2", nil, ls, 1)},
+			})
 		}
 		fresh, err := parseText("r.tmpl", text, testOptions())
 		if err != nil {
@@ -196,6 +203,81 @@ backend {{ .Name }}
 		n++
 		if _, err := tmpl.Render(state()); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// A deep merge writes into the maps and structs its destination reaches.
+// What `service` hands a template is the template's own: a merge in one
+// render changes neither a later `service` call nor the next render.
+func TestAMergeWritesNothingTheNextRenderReads(t *testing.T) {
+	const text = `{{range service "web"}}{{.ID}}:{{.Port}}:{{.ServiceMeta}} {{end}}
+{{- with service "web"}}{{$_ := sprig_mergeOverwrite (sprig_dict "s" (index . 0)) (sprig_dict "s" (index . 1))}}
+{{- $_ := mergeMap (sprig_dict "m" (index . 0).ServiceMeta) (sprig_dict "m" (index . 1).ServiceMeta)}}{{end}}
+{{- range service "web"}}{{.ID}}:{{.Port}}:{{.ServiceMeta}} {{end}}`
+	tmpl, err := parseText("m.tmpl", text, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	web1, web2 := instanceOf("web", 1, 8080), instanceOf("web", 2, 9090)
+	web1.Meta = map[string]string{"version": "1"}
+	web2.Meta = map[string]string{"version": "2", "rack": "r2"}
+	st := perService([]model.Instance{web1, web2})
+	const want = "web-1:8080:map[version:1] web-2:9090:map[rack:r2 version:2] web-1:8080:map[version:1] web-2:9090:map[rack:r2 version:2] "
+	for i := range 2 {
+		r, err := tmpl.Render(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(r.Config) != want {
+			t.Fatalf("render %d:\n%s\nwant\n%s", i+1, r.Config, want)
+		}
+	}
+}
+
+// A list and a shorter one starting at the same instance are two lists.
+func TestAShorterListFromTheSameArrayIsAnotherList(t *testing.T) {
+	tmpl, err := parseText("s.tmpl", `{{range service "web"}}{{.ID}} {{end}}`, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := []model.Instance{instanceOf("web", 1, 80), instanceOf("web", 2, 80), instanceOf("web", 3, 80)}
+	for _, n := range []int{3, 2} {
+		st := model.NewState(map[model.Query]model.Result{
+			model.LocalCatalog: {Catalog: &model.Catalog{Datacenter: "dc1", Instances: all[:n]}},
+		})
+		r, err := tmpl.Render(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "web-1 web-2 web-3 "[:6*n]
+		if string(r.Config) != want {
+			t.Errorf("%d instances: %q, want %q", n, r.Config, want)
+		}
+	}
+}
+
+// Two datacenters' catalogs may share a list; an instance without a
+// datacenter of its own takes its catalog's.
+func TestCatalogsSharingAListFallBackToTheirOwnDatacenter(t *testing.T) {
+	tmpl, err := parseText("d.tmpl", `{{range service "web|any"}}{{.ID}}/{{.NodeDatacenter}}{{end}} {{range service "web@dc2|any"}}{{.ID}}/{{.NodeDatacenter}}{{end}}`, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := instanceOf("web", 1, 80)
+	in.Datacenter = ""
+	lists := [][]model.Instance{{in}}
+	st := model.NewState(map[model.Query]model.Result{
+		model.LocalCatalog: {Catalog: model.PerService("dc1", nil, lists, 1)},
+		{Kind: model.QueryCatalog, Datacenter: "dc2"}: {Catalog: model.PerService("dc2", nil, lists, 1)},
+	})
+	for range 2 {
+		r, err := tmpl.Render(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(r.Config) != "web-1/dc1 web-1/dc2" {
+			t.Fatalf("got %q, want web-1/dc1 web-1/dc2", r.Config)
 		}
 	}
 }
