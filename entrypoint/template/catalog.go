@@ -28,7 +28,9 @@ type view struct {
 // it, converted when first asked. Successive catalogs share the lists of
 // the services that did not change, so a Template keeps each list's run
 // from one render to the next (runCache): a change converts what changed.
-// A template is handed copies of a run's values (HealthService.copy).
+// A template is handed copies of a run's HealthServices (HealthService.copy)
+// and shares its tag unions: nothing a template calls writes the elements
+// of a slice, only a deep merge writes into maps and structs.
 type run struct {
 	clean   []model.Instance // the list less what the template must not see; the list itself when clean
 	skipped []string         // what cleaning left out, reported at every render
