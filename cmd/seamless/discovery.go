@@ -205,6 +205,7 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 			return reloader().Do(ctx, reason)
 		},
 		StateFile: stateFile,
+		Serving:   serving,
 		Metrics:   m,
 		Log:       log,
 	}

@@ -62,8 +62,15 @@ type Options struct {
 	// StateFile, when set, receives the servers' runtime state before
 	// every reload (the template's server-state-file).
 	StateFile string
-	Metrics   *metrics.Metrics
-	Log       *slog.Logger
+	// Serving, when set, is closed once HAProxy serves the first
+	// configuration. Until then Run applies nothing: a runtime change has
+	// no worker to reach, and a reload during HAProxy's own first load is
+	// refused (3.1+ answers that a reload is in progress) or, as seen on
+	// 3.2, waited out SEAMLESS_RELOAD_TIMEOUT. What comes meanwhile is
+	// applied together once it serves. nil: HAProxy serves already.
+	Serving <-chan struct{}
+	Metrics *metrics.Metrics
+	Log     *slog.Logger
 }
 
 // Applier runs the pipeline. Start it, start HAProxy on Path, then Run.
@@ -171,6 +178,21 @@ func (a *Applier) Run(ctx context.Context) {
 	saveTimer := time.NewTimer(time.Hour)
 	saveTimer.Stop()
 	var saveDue time.Time
+	serving := a.opts.Serving // nil once HAProxy serves
+	held, heldForce := false, false
+	apply := func(force bool) {
+		if serving == nil {
+			a.apply(ctx, force)
+			return
+		}
+		why := strings.Join(compact(a.reasons), ", ")
+		if !held {
+			a.log.Info("a change waits for HAProxy to serve its first configuration", "why", why)
+		} else {
+			a.log.Debug("this change waits too", "why", why)
+		}
+		held, heldForce = true, heldForce || force
+	}
 	for {
 		if !a.recheck.Equal(due) {
 			due = a.recheck
@@ -195,12 +217,18 @@ func (a *Applier) Run(ctx context.Context) {
 		case <-saveTimer.C:
 			saveDue = time.Time{}
 			a.saveNow()
+		case <-serving:
+			serving = nil
+			if held {
+				held = false
+				a.apply(ctx, heldForce)
+			}
 		case <-recheck.C:
 			due, a.recheck = time.Time{}, time.Time{}
 			why := cmp.Or(a.why, "drain finished")
 			a.why = ""
 			a.reasons = append(a.reasons, why)
-			a.apply(ctx, false)
+			apply(false)
 		case s := <-a.in:
 			if a.take(s) {
 				a.reasons = append(a.reasons, s.Source)
@@ -208,7 +236,7 @@ func (a *Applier) Run(ctx context.Context) {
 			}
 		case <-d.C():
 			d.fired()
-			a.apply(ctx, false)
+			apply(false)
 		case sig := <-a.hup:
 			r, err := a.opts.NewRenderer()
 			if err != nil {
@@ -219,7 +247,7 @@ func (a *Applier) Run(ctx context.Context) {
 			}
 			a.renderer = r
 			a.reasons = append(a.reasons, sig)
-			a.apply(ctx, true)
+			apply(true)
 		}
 	}
 }

@@ -544,3 +544,35 @@ func TestAnUnchangedRenderingHoldsTheRunningBytesOnce(t *testing.T) {
 		t.Error("the running bytes are not the array of the rendering behind them")
 	}
 }
+
+// A change while HAProxy loads its first configuration waits for it to
+// serve: a runtime change would find no worker, and a reload during
+// HAProxy's first load is refused or, on 3.2, was seen to hang until
+// SEAMLESS_RELOAD_TIMEOUT. What comes meanwhile applies together.
+func TestChangesWaitForHAProxyToServe(t *testing.T) {
+	src := newSource("consul")
+	r := newRig(t, t.TempDir(), lines{}, src)
+	serving := make(chan struct{})
+	r.a.opts.Serving = serving
+	src.send("web=10.0.0.1")
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	r.run(t)
+	src.send("web=10.0.0.1", "web=10.0.0.2")
+	testenv.Eventually(t, 5*time.Second, "the change is held or applied", func() bool {
+		return r.logged("a change waits for HAProxy to serve its first configuration") || r.reloadCount() > 0
+	})
+	r.a.Reload("SIGHUP")
+	testenv.Eventually(t, 5*time.Second, "the SIGHUP is held or applied", func() bool {
+		return r.logged("this change waits too") && r.logged("SIGHUP") || r.reloadCount() > 1
+	})
+	if n := r.reloadCount(); n != 0 {
+		t.Fatalf("%d reloads before HAProxy serves, want 0", n)
+	}
+	close(serving)
+	testenv.Eventually(t, 5*time.Second, "the held changes apply once", func() bool { return r.reloadCount() == 1 })
+	if got := r.file(t); got != "server web 10.0.0.1\nserver web 10.0.0.2\n" {
+		t.Errorf("file %q", got)
+	}
+}
