@@ -575,4 +575,9 @@ func TestChangesWaitForHAProxyToServe(t *testing.T) {
 	if got := r.file(t); got != "server web 10.0.0.1\nserver web 10.0.0.2\n" {
 		t.Errorf("file %q", got)
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if why := r.reloads[0]; !strings.Contains(why, "consul") || !strings.Contains(why, "SIGHUP") {
+		t.Errorf("the reload's reason %q, want the change's and the SIGHUP's", why)
+	}
 }
