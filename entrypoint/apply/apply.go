@@ -65,9 +65,9 @@ type Options struct {
 	// Serving, when set, is closed once HAProxy serves the first
 	// configuration. Until then Run applies nothing: a runtime change has
 	// no worker to reach, and a reload during HAProxy's own first load is
-	// refused (3.1+ answers that a reload is in progress) or, as seen on
-	// 3.2, waited out SEAMLESS_RELOAD_TIMEOUT. What comes meanwhile is
-	// applied together once it serves. nil: HAProxy serves already.
+	// answered busy (3.1+) and was once seen, on 3.2, to get no outcome
+	// for a minute. What comes meanwhile is applied together once it
+	// serves. nil: HAProxy serves already.
 	Serving <-chan struct{}
 	Metrics *metrics.Metrics
 	Log     *slog.Logger

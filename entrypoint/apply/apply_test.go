@@ -547,8 +547,8 @@ func TestAnUnchangedRenderingHoldsTheRunningBytesOnce(t *testing.T) {
 
 // A change while HAProxy loads its first configuration waits for it to
 // serve: a runtime change would find no worker, and a reload during
-// HAProxy's first load is refused or, on 3.2, was seen to hang until
-// SEAMLESS_RELOAD_TIMEOUT. What comes meanwhile applies together.
+// HAProxy's first load is answered busy or, once on 3.2, got no outcome
+// for a minute. What comes meanwhile applies together.
 func TestChangesWaitForHAProxyToServe(t *testing.T) {
 	src := newSource("consul")
 	r := newRig(t, t.TempDir(), lines{}, src)
