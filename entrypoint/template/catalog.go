@@ -356,9 +356,9 @@ func (r *render) service(args ...string) ([]*HealthService, error) {
 // destination reaches.
 func (hs *HealthService) copy() HealthService {
 	c := *hs
-	c.NodeTaggedAddresses = maps.Clone(hs.NodeTaggedAddresses)
-	c.NodeMeta = maps.Clone(hs.NodeMeta)
-	c.ServiceMeta = maps.Clone(hs.ServiceMeta)
+	c.NodeTaggedAddresses = cloneMap(hs.NodeTaggedAddresses)
+	c.NodeMeta = cloneMap(hs.NodeMeta)
+	c.ServiceMeta = cloneMap(hs.ServiceMeta)
 	c.ServiceTaggedAddresses = maps.Clone(hs.ServiceTaggedAddresses)
 	c.Tags = slices.Clone(hs.Tags)
 	c.Checks = make(HealthChecks, len(hs.Checks))
@@ -389,7 +389,8 @@ func (r *render) serviceQuery(spec string) (serviceQuery, error) {
 	return q, nil
 }
 
-// fillHealthService makes *hs in's; hs owns its maps and slices.
+// fillHealthService makes *hs in's. Its string maps are in's own (a
+// model's maps are never written); copy gives a template maps of its own.
 func fillHealthService(hs *HealthService, in *model.Instance, dc string) {
 	*hs = HealthService{
 		Node:                   in.Node,
@@ -397,9 +398,9 @@ func fillHealthService(hs *HealthService, in *model.Instance, dc string) {
 		Kind:                   in.Kind,
 		NodeAddress:            in.NodeAddress,
 		NodeDatacenter:         dc,
-		NodeTaggedAddresses:    cloneMap(in.NodeTaggedAddresses),
-		NodeMeta:               cloneMap(in.NodeMeta),
-		ServiceMeta:            cloneMap(in.Meta),
+		NodeTaggedAddresses:    in.NodeTaggedAddresses,
+		NodeMeta:               in.NodeMeta,
+		ServiceMeta:            in.Meta,
 		Address:                in.Address,
 		ServiceTaggedAddresses: map[string]ServiceAddress{},
 		ID:                     in.ServiceID(),
