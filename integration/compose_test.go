@@ -199,6 +199,7 @@ func scaleUnderLoad(t *testing.T, c *client.Client, file string, env map[string]
 		})
 		t.Logf("%s after %s: %d replicas answer %v", step, time.Since(begin).Round(time.Millisecond), len(got), got)
 		tl.mark(time.Now(), "%s: converged", step)
+		tl.follow("web")
 	}
 	converged("up", 3)
 	testenv.Eventually(t, 30*time.Second, "seamless ready", func() bool {

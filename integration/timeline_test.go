@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,16 +23,24 @@ import (
 
 // timeline puts what happened during a compose test in one order: the
 // test's own marks, the engine's kill, die and start of the project's
-// containers, and seamless's applies and reloads. A loss in a scale step
-// can then be read against when a replica was told to stop, when it died
-// and when seamless applied its removal; the logs of a removed replica
-// are gone with it, the engine's events are not.
+// containers, seamless's applies, reloads and warnings, the replicas'
+// own log (registered, deregistered, drained) and Consul's warnings. A
+// loss in a scale step can then be read against when a replica was told
+// to stop, when it left the catalog, when it died and when seamless
+// applied its removal.
 type timeline struct {
 	t     *testing.T
 	c     *client.Client
 	p     *compose.Project
 	begin time.Time
 	marks []event
+
+	// The replicas' logs, followed from when follow first sees each:
+	// a removed replica's log is gone with it.
+	mu       sync.Mutex
+	followed map[string]bool
+	replicas []event
+	ctx      context.Context // ends with the test
 }
 
 type event struct {
@@ -39,7 +49,55 @@ type event struct {
 }
 
 func newTimeline(t *testing.T, c *client.Client, p *compose.Project) *timeline {
-	return &timeline{t: t, c: c, p: p, begin: time.Now()}
+	ctx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	return &timeline{t: t, c: c, p: p, begin: time.Now(), followed: map[string]bool{}, ctx: ctx}
+}
+
+// follow starts following the log of each of service's containers it
+// has not seen yet, until the container is removed or the test ends.
+func (tl *timeline) follow(service string) {
+	res, err := tl.c.ContainerList(tl.ctx, client.ContainerListOptions{
+		All: true,
+		Filters: make(client.Filters).
+			Add("label", "com.docker.compose.project="+tl.p.Name).
+			Add("label", "com.docker.compose.service="+service),
+	})
+	if err != nil {
+		tl.add(event{time.Now(), service + ": list: " + err.Error()})
+		return
+	}
+	for _, ct := range res.Items {
+		tl.mu.Lock()
+		seen := tl.followed[ct.ID]
+		tl.followed[ct.ID] = true
+		tl.mu.Unlock()
+		if seen {
+			continue
+		}
+		r, err := tl.c.ContainerLogs(tl.ctx, ct.ID, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Follow: true})
+		if err != nil {
+			tl.add(event{time.Now(), service + " " + ct.ID[:12] + ": logs: " + err.Error()})
+			continue
+		}
+		go func() {
+			defer r.Close()
+			// The stream's frame headers stay in the lines; only the
+			// fields are read out of them.
+			sc := bufio.NewScanner(r)
+			for sc.Scan() {
+				if e, ok := slogEvent(sc.Text()); ok {
+					tl.add(event{e.at, service + " " + ct.ID[:12] + ": " + e.what})
+				}
+			}
+		}()
+	}
+}
+
+func (tl *timeline) add(e event) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.replicas = append(tl.replicas, e)
 }
 
 func (tl *timeline) mark(at time.Time, format string, args ...any) {
@@ -52,6 +110,10 @@ func (tl *timeline) log() {
 	all := slices.Clone(tl.marks)
 	all = append(all, tl.engine()...)
 	all = append(all, tl.seamless()...)
+	all = append(all, tl.consul()...)
+	tl.mu.Lock()
+	all = append(all, tl.replicas...)
+	tl.mu.Unlock()
 	slices.SortStableFunc(all, func(a, b event) int { return a.at.Compare(b.at) })
 	var b strings.Builder
 	for _, e := range all {
@@ -98,10 +160,11 @@ func (tl *timeline) engine() []event {
 
 var (
 	logTime  = regexp.MustCompile(`\btime=(\S+)`)
-	logField = regexp.MustCompile(`\b(msg|change|duration|err|reason)=("(?:[^"\\]|\\.)*"|\S+)`)
+	logField = regexp.MustCompile(`\b(msg|change|duration|err|reason|why|after)=("(?:[^"\\]|\\.)*"|\S+)`)
 )
 
-// seamless picks its applies and reloads out of its log.
+// seamless picks its applies, reloads, warnings and errors out of its
+// log.
 func (tl *timeline) seamless() []event {
 	out, err := tl.p.Run("logs", "--no-color", "seamless")
 	if err != nil {
@@ -109,22 +172,57 @@ func (tl *timeline) seamless() []event {
 	}
 	var evs []event
 	for line := range strings.Lines(out) {
-		if !strings.Contains(line, "component=apply") && !strings.Contains(line, "component=reload") {
+		if !strings.Contains(line, "component=apply") && !strings.Contains(line, "component=reload") &&
+			!strings.Contains(line, "level=WARN") && !strings.Contains(line, "level=ERROR") {
 			continue
 		}
-		m := logTime.FindStringSubmatch(line)
+		if e, ok := slogEvent(line); ok {
+			evs = append(evs, event{e.at, "seamless: " + e.what})
+		}
+	}
+	return evs
+}
+
+// slogEvent reads a log line of seamless or the demo backend: its time
+// and the fields worth a timeline.
+func slogEvent(line string) (event, bool) {
+	m := logTime.FindStringSubmatch(line)
+	if m == nil {
+		return event{}, false
+	}
+	at, err := time.Parse(time.RFC3339Nano, m[1])
+	if err != nil {
+		return event{}, false
+	}
+	var fields []string
+	for _, f := range logField.FindAllStringSubmatch(line, -1) {
+		fields = append(fields, f[1]+"="+f[2])
+	}
+	return event{at, strings.Join(fields, " ")}, true
+}
+
+// consulLine is a line of the Consul agent's log (its warnings and
+// errors: the compose file runs it with -log-level warn).
+var consulLine = regexp.MustCompile(`^(?:\S+\s+\|\s+)?(\d{4}-\d\d-\d\dT\S+)\s+\[(\w+)\]\s+(.*)$`)
+
+// consul picks the Consul agent's warnings and errors out of its log,
+// when the project has an agent.
+func (tl *timeline) consul() []event {
+	out, err := tl.p.Run("logs", "--no-color", "consul")
+	if err != nil {
+		return nil // no such service in this project
+	}
+	var evs []event
+	for line := range strings.Lines(out) {
+		m := consulLine.FindStringSubmatch(strings.TrimSpace(line))
 		if m == nil {
 			continue
 		}
-		at, err := time.Parse(time.RFC3339Nano, m[1])
+		at, err := time.Parse("2006-01-02T15:04:05.000Z0700", m[1])
 		if err != nil {
 			continue
 		}
-		var fields []string
-		for _, f := range logField.FindAllStringSubmatch(line, -1) {
-			fields = append(fields, f[1]+"="+f[2])
-		}
-		evs = append(evs, event{at, "seamless: " + strings.Join(fields, " ")})
+		evs = append(evs, event{at, "consul: [" + m[2] + "] " + m[3]})
 	}
 	return evs
 }
