@@ -1,10 +1,12 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -117,5 +119,60 @@ func TestDeregistrationIsRetried(t *testing.T) {
 	l := log.String()
 	if !strings.Contains(l, "retrying") || !strings.Contains(l, "deregistered from consul") {
 		t.Errorf("want the deregistration retried until it succeeded; log:\n%s", l)
+	}
+}
+
+// TestACatalogThatStillListsTheInstanceIsCleared: an agent answers 200 to
+// a deregistration whose sync to its servers failed (its anti-entropy run
+// would remove the instance up to a minute later, routed to all along).
+// The backend sees the catalog still listing it, deregisters it from the
+// catalog, and drains only once it has left.
+func TestACatalogThatStillListsTheInstanceIsCleared(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		listed  = true
+		cleared string // the catalog deregistration's body
+	)
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodPut && r.URL.Path == "/v1/agent/service/register":
+			_, _ = io.Copy(io.Discard, r.Body)
+		case r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v1/agent/service/deregister/"):
+		case r.Method == http.MethodGet && r.URL.Path == "/v1/catalog/service/web":
+			mu.Lock()
+			defer mu.Unlock()
+			if !listed {
+				io.WriteString(w, "[]")
+				return
+			}
+			io.WriteString(w, `[{"Node":"node-1","ServiceID":"web-1","ServiceName":"web"}]`)
+		case r.Method == http.MethodPut && r.URL.Path == "/v1/catalog/deregister":
+			b, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			defer mu.Unlock()
+			listed, cleared = false, string(b)
+			io.WriteString(w, "true")
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer agent.Close()
+	addr := testenv.Addr(testenv.FreePort(t))
+	log, stop := backend(t, "-listen", addr, "-consul", agent.URL, "-service", "web", "-id", "web-1",
+		"-resync", "1h", "-drain", "100ms", "-drain-idle", "0", "-drain-max", "10s")
+	testenv.Eventually(t, 10*time.Second, "registered", func() bool { return strings.Contains(log.String(), "registered in consul") })
+	if code := <-sigterm(t, log, stop); code != 0 {
+		t.Errorf("exit code %d", code)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var body struct{ Node, ServiceID string }
+	if err := json.Unmarshal([]byte(cleared), &body); err != nil || body.Node != "node-1" || body.ServiceID != "web-1" {
+		t.Errorf("catalog deregistration %q (%v), want node-1 and web-1", cleared, err)
+	}
+	l := log.String()
+	left, drain := strings.Index(l, "left the catalog"), strings.Index(l, "draining")
+	if left < 0 || drain < left {
+		t.Errorf("want the drain to begin once the instance left the catalog; log:\n%s", l)
 	}
 }

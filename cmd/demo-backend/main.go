@@ -4,7 +4,8 @@
 //
 // With -consul ADDR (or -register, which takes CONSUL_HTTP_ADDR and Consul's
 // other variables) it registers itself in Consul with an HTTP check on its
-// /healthz, and on SIGTERM it deregisters first, keeps serving for -drain
+// /healthz, and on SIGTERM it deregisters first (and waits until the
+// servers' catalog no longer lists it), keeps serving for -drain
 // and then while requests still come (at most -drain-max) so that the load
 // balancer applies the change, and only then stops: a scale-down drops no
 // request. Without Consul, -drain alone keeps serving after SIGTERM (for a

@@ -144,6 +144,7 @@ func (r *registration) deregister(deadline time.Time) bool {
 		cancel()
 		if err == nil {
 			r.log.Info("deregistered from consul")
+			r.leaveCatalog(deadline)
 			return true
 		}
 		if !time.Now().Add(backoff).Before(deadline) {
@@ -156,6 +157,68 @@ func (r *registration) deregister(deadline time.Time) bool {
 		time.Sleep(backoff)
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// catalogGrace is how long the servers' catalog may still list the
+// instance once the agent took its deregistration. The agent syncs a
+// deregistration to its servers before it answers, but answers 200 when
+// that sync failed too, and leaves it to its anti-entropy run, up to a
+// minute later: load balancers would route to the instance all along.
+const catalogGrace = 2 * time.Second
+
+// catalogPoll spaces the reads of the catalog while it lists the instance.
+const catalogPoll = 250 * time.Millisecond
+
+// leaveCatalog returns once the servers' catalog no longer lists the
+// instance, or at deadline. Past catalogGrace it deregisters the instance
+// from the catalog itself: the agent has forgotten it, so its
+// anti-entropy would remove it the same way, later.
+func (r *registration) leaveCatalog(deadline time.Time) {
+	start := time.Now()
+	cleared := false
+	for {
+		ctx, cancel := context.WithDeadline(context.Background(), earliest(time.Now().Add(requestTimeout), deadline))
+		node, listed, err := r.listed(ctx)
+		cancel()
+		switch {
+		case err != nil:
+			if e := (api.StatusError{}); errors.As(err, &e) && e.Code == 404 {
+				r.log.Info("cannot tell whether the catalog still lists this instance: the agent serves no catalog", "err", err)
+				return
+			}
+			r.log.Warn("reading the catalog failed; retrying", "err", err)
+		case !listed:
+			r.log.Info("left the catalog", "after", time.Since(start).Round(time.Millisecond))
+			return
+		case !cleared && time.Since(start) >= catalogGrace:
+			cleared = true
+			r.log.Warn("the catalog still lists this instance after the agent took its deregistration; deregistering it from the catalog",
+				"after", time.Since(start).Round(time.Millisecond), "node", node)
+			ctx, cancel := context.WithDeadline(context.Background(), earliest(time.Now().Add(requestTimeout), deadline))
+			_, err := r.api.Catalog().Deregister(&api.CatalogDeregistration{Node: node, ServiceID: r.cfg.ID}, (&api.WriteOptions{}).WithContext(ctx))
+			cancel()
+			if err != nil {
+				r.log.Warn("deregistering from the catalog failed", "err", err)
+			}
+			continue
+		}
+		if !time.Now().Add(catalogPoll).Before(deadline) {
+			r.log.Error("the catalog still lists this instance at the drain's bound", "after", time.Since(start).Round(time.Millisecond))
+			return
+		}
+		time.Sleep(catalogPoll)
+	}
+}
+
+// listed reports whether the servers' catalog lists the instance, and on
+// which node.
+func (r *registration) listed(ctx context.Context) (node string, ok bool, err error) {
+	q := (&api.QueryOptions{Filter: fmt.Sprintf("ServiceID == %q", r.cfg.ID)}).WithContext(ctx)
+	svcs, _, err := r.api.Catalog().Service(r.cfg.Service, "", q)
+	if err != nil || len(svcs) == 0 {
+		return "", false, err
+	}
+	return svcs[0].Node, true, nil
 }
 
 func (r *registration) addr() string {
