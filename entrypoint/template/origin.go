@@ -26,6 +26,13 @@ func (l *lastRender) set(st model.State, config []byte) {
 	l.st, l.config = st, config
 }
 
+// size is the length of the latest complete rendering, 0 before one.
+func (l *lastRender) size() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.config)
+}
+
 // Origin returns the template line that wrote line (1-based) of config,
 // when config is the template's latest complete rendering, so that an
 // error HAProxy reports in the rendered file can name the template line
