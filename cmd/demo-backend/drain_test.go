@@ -129,18 +129,26 @@ func TestDeregistrationIsRetried(t *testing.T) {
 // catalog, and drains only once it has left.
 func TestACatalogThatStillListsTheInstanceIsCleared(t *testing.T) {
 	var (
-		mu      sync.Mutex
-		listed  = true
-		cleared string // the catalog deregistration's body
+		mu                 sync.Mutex
+		listed             = true
+		cleared            string // the catalog deregistration's body
+		filter             string // the catalog read's
+		deregAt, clearedAt time.Time
 	)
 	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.Method == http.MethodPut && r.URL.Path == "/v1/agent/service/register":
 			_, _ = io.Copy(io.Discard, r.Body)
 		case r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v1/agent/service/deregister/"):
+			mu.Lock()
+			defer mu.Unlock()
+			deregAt = time.Now()
+		case r.Method == http.MethodGet && r.URL.Path == "/v1/agent/self":
+			io.WriteString(w, `{"Config":{"NodeName":"node-1"}}`)
 		case r.Method == http.MethodGet && r.URL.Path == "/v1/catalog/service/web":
 			mu.Lock()
 			defer mu.Unlock()
+			filter = r.URL.Query().Get("filter")
 			if !listed {
 				io.WriteString(w, "[]")
 				return
@@ -150,7 +158,7 @@ func TestACatalogThatStillListsTheInstanceIsCleared(t *testing.T) {
 			b, _ := io.ReadAll(r.Body)
 			mu.Lock()
 			defer mu.Unlock()
-			listed, cleared = false, string(b)
+			listed, cleared, clearedAt = false, string(b), time.Now()
 			io.WriteString(w, "true")
 		default:
 			http.NotFound(w, r)
@@ -169,6 +177,12 @@ func TestACatalogThatStillListsTheInstanceIsCleared(t *testing.T) {
 	var body struct{ Node, ServiceID string }
 	if err := json.Unmarshal([]byte(cleared), &body); err != nil || body.Node != "node-1" || body.ServiceID != "web-1" {
 		t.Errorf("catalog deregistration %q (%v), want node-1 and web-1", cleared, err)
+	}
+	if want := "Node == `node-1` and ServiceID == `web-1`"; filter != want {
+		t.Errorf("catalog read with filter %q, want %q", filter, want)
+	}
+	if d := clearedAt.Sub(deregAt); d < catalogGrace {
+		t.Errorf("cleared from the catalog %s after the agent's deregistration, want %s of grace first", d, catalogGrace)
 	}
 	l := log.String()
 	left, drain := strings.Index(l, "left the catalog"), strings.Index(l, "draining")

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -170,23 +171,38 @@ const catalogGrace = 2 * time.Second
 const catalogPoll = 250 * time.Millisecond
 
 // leaveCatalog returns once the servers' catalog no longer lists the
-// instance, or at deadline. Past catalogGrace it deregisters the instance
-// from the catalog itself: the agent has forgotten it, so its
-// anti-entropy would remove it the same way, later.
+// instance on this agent's node, or at deadline. Past catalogGrace it
+// deregisters the instance from the catalog itself: the agent has
+// forgotten it, so its anti-entropy would remove it the same way, later.
+// Only this node's entry is touched: an ID is unique per node, not in
+// the catalog.
 func (r *registration) leaveCatalog(deadline time.Time) {
 	start := time.Now()
-	cleared := false
+	node, err := r.nodeName(earliest(start.Add(requestTimeout), deadline))
+	if err != nil || node == "" {
+		r.log.Warn("cannot tell whether the catalog still lists this instance: the agent names no node", "err", err)
+		return
+	}
+	filter, ok := catalogFilter(node, r.cfg.ID)
+	if !ok {
+		r.log.Warn("cannot tell whether the catalog still lists this instance: its ID cannot be quoted in a filter")
+		return
+	}
+	cleared, failures := false, 0
+	var last error
 	for {
 		ctx, cancel := context.WithDeadline(context.Background(), earliest(time.Now().Add(requestTimeout), deadline))
-		node, listed, err := r.listed(ctx)
+		listed, err := r.listed(ctx, node, filter)
 		cancel()
 		switch {
+		case errors.Is(err, errCannotTell):
+			r.log.Info("cannot tell whether the catalog still lists this instance", "err", err)
+			return
 		case err != nil:
-			if e := (api.StatusError{}); errors.As(err, &e) && e.Code == 404 {
-				r.log.Info("cannot tell whether the catalog still lists this instance: the agent serves no catalog", "err", err)
-				return
+			if failures == 0 {
+				r.log.Warn("reading the catalog failed; retrying", "err", err)
 			}
-			r.log.Warn("reading the catalog failed; retrying", "err", err)
+			failures, last = failures+1, err
 		case !listed:
 			r.log.Info("left the catalog", "after", time.Since(start).Round(time.Millisecond))
 			return
@@ -201,24 +217,63 @@ func (r *registration) leaveCatalog(deadline time.Time) {
 				r.log.Warn("deregistering from the catalog failed", "err", err)
 			}
 			continue
+		default:
+			last = nil
 		}
 		if !time.Now().Add(catalogPoll).Before(deadline) {
-			r.log.Error("the catalog still lists this instance at the drain's bound", "after", time.Since(start).Round(time.Millisecond))
+			if last != nil {
+				r.log.Error("could not read the catalog until the drain's bound", "failures", failures, "err", last)
+			} else {
+				r.log.Error("the catalog still lists this instance at the drain's bound", "after", time.Since(start).Round(time.Millisecond))
+			}
 			return
 		}
 		time.Sleep(catalogPoll)
 	}
 }
 
-// listed reports whether the servers' catalog lists the instance, and on
-// which node.
-func (r *registration) listed(ctx context.Context) (node string, ok bool, err error) {
-	q := (&api.QueryOptions{Filter: fmt.Sprintf("ServiceID == %q", r.cfg.ID)}).WithContext(ctx)
-	svcs, _, err := r.api.Catalog().Service(r.cfg.Service, "", q)
-	if err != nil || len(svcs) == 0 {
-		return "", false, err
+// nodeName is the agent's node, read from /v1/agent/self by deadline.
+func (r *registration) nodeName(deadline time.Time) (string, error) {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	var self struct{ Config struct{ NodeName string } }
+	_, err := r.api.Raw().Query("/v1/agent/self", &self, (&api.QueryOptions{}).WithContext(ctx))
+	return self.Config.NodeName, err
+}
+
+// errCannotTell: the agent's answer cannot say whether the instance is
+// listed (no catalog served, or entries hidden by ACLs).
+var errCannotTell = errors.New("cannot tell")
+
+// catalogFilter selects this instance's entry on node. Consul's filter
+// strings end at the first double quote, escaped or not; a raw string
+// (backquotes) takes everything else as it is.
+func catalogFilter(node, id string) (string, bool) {
+	if strings.Contains(node+id, "`") {
+		return "", false
 	}
-	return svcs[0].Node, true, nil
+	return "Node == `" + node + "` and ServiceID == `" + id + "`", true
+}
+
+// listed reports whether the servers' catalog lists the instance on node.
+func (r *registration) listed(ctx context.Context, node, filter string) (bool, error) {
+	q := (&api.QueryOptions{Filter: filter}).WithContext(ctx)
+	svcs, meta, err := r.api.Catalog().Service(r.cfg.Service, "", q)
+	if e := (api.StatusError{}); errors.As(err, &e) && e.Code == 404 {
+		return false, fmt.Errorf("%w: the agent serves no catalog (%v)", errCannotTell, err)
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, s := range svcs {
+		if s.Node == node && s.ServiceID == r.cfg.ID {
+			return true, nil
+		}
+	}
+	if meta != nil && meta.ResultsFilteredByACLs {
+		return false, fmt.Errorf("%w: the token may not read every entry (it needs node:read and service:read)", errCannotTell)
+	}
+	return false, nil
 }
 
 func (r *registration) addr() string {

@@ -123,9 +123,10 @@ func TestRegistersAndDrains(t *testing.T) {
 		t.Error("still listening after it stopped")
 	}
 	l := log.String()
-	dereg, drain, stop2 := strings.Index(l, "deregistered from consul"), strings.Index(l, "draining"), strings.Index(l, "stopped")
-	if dereg < 0 || drain < dereg || stop2 < drain {
-		t.Errorf("want deregistered, then draining, then stopped in the log:\n%s", l)
+	dereg, left, drain, stop2 := strings.Index(l, "deregistered from consul"), strings.Index(l, "left the catalog"),
+		strings.Index(l, "draining"), strings.Index(l, "stopped")
+	if dereg < 0 || left < dereg || drain < left || stop2 < drain || strings.Contains(l, "level=WARN") {
+		t.Errorf("want deregistered, left the catalog, draining, then stopped in the log, no warning:\n%s", l)
 	}
 }
 
