@@ -41,6 +41,7 @@ type timeline struct {
 	followed map[string]bool
 	replicas []event
 	ctx      context.Context // ends with the test
+	logged   bool
 }
 
 type event struct {
@@ -51,13 +52,22 @@ type event struct {
 func newTimeline(t *testing.T, c *client.Client, p *compose.Project) *timeline {
 	ctx, stop := context.WithCancel(context.Background())
 	t.Cleanup(stop)
-	return &timeline{t: t, c: c, p: p, begin: time.Now(), followed: map[string]bool{}, ctx: ctx}
+	tl := &timeline{t: t, c: c, p: p, begin: time.Now(), followed: map[string]bool{}, ctx: ctx}
+	// A test that stops at a fatal error still shows what happened.
+	t.Cleanup(func() {
+		if t.Failed() && !tl.logged {
+			tl.log()
+		}
+	})
+	return tl
 }
 
 // follow starts following the log of each of service's containers it
 // has not seen yet, until the container is removed or the test ends.
 func (tl *timeline) follow(service string) {
-	res, err := tl.c.ContainerList(tl.ctx, client.ContainerListOptions{
+	ctx, cancel := context.WithTimeout(tl.ctx, 20*time.Second)
+	defer cancel()
+	res, err := tl.c.ContainerList(ctx, client.ContainerListOptions{
 		All: true,
 		Filters: make(client.Filters).
 			Add("label", "com.docker.compose.project="+tl.p.Name).
@@ -85,10 +95,14 @@ func (tl *timeline) follow(service string) {
 			// The stream's frame headers stay in the lines; only the
 			// fields are read out of them.
 			sc := bufio.NewScanner(r)
+			sc.Buffer(make([]byte, 64*1024), 1<<20)
 			for sc.Scan() {
 				if e, ok := slogEvent(sc.Text()); ok {
 					tl.add(event{e.at, service + " " + ct.ID[:12] + ": " + e.what})
 				}
+			}
+			if err := sc.Err(); err != nil && tl.ctx.Err() == nil {
+				tl.add(event{time.Now(), service + " " + ct.ID[:12] + ": log: " + err.Error()})
 			}
 		}()
 	}
@@ -107,6 +121,7 @@ func (tl *timeline) mark(at time.Time, format string, args ...any) {
 // log writes the timeline as one block.
 func (tl *timeline) log() {
 	tl.t.Helper()
+	tl.logged = true
 	all := slices.Clone(tl.marks)
 	all = append(all, tl.engine()...)
 	all = append(all, tl.seamless()...)
@@ -160,6 +175,7 @@ func (tl *timeline) engine() []event {
 
 var (
 	logTime  = regexp.MustCompile(`\btime=(\S+)`)
+	logLevel = regexp.MustCompile(`\blevel=(WARN|ERROR)\b`)
 	logField = regexp.MustCompile(`\b(msg|change|duration|err|reason|why|after)=("(?:[^"\\]|\\.)*"|\S+)`)
 )
 
@@ -195,6 +211,9 @@ func slogEvent(line string) (event, bool) {
 		return event{}, false
 	}
 	var fields []string
+	if m := logLevel.FindStringSubmatch(line); m != nil {
+		fields = append(fields, m[1]) // INFO and DEBUG go unmarked
+	}
 	for _, f := range logField.FindAllStringSubmatch(line, -1) {
 		fields = append(fields, f[1]+"="+f[2])
 	}

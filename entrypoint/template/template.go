@@ -212,7 +212,7 @@ func (t *Template) Render(st model.State) (model.Rendering, error) {
 		return model.Rendering{}, err
 	}
 	// A rendering is about as long as the last one: growing the buffer
-	// from nothing copied it a dozen times (a megabyte at 1,000 services).
+	// from nothing copied the output a dozen times.
 	var buf bytes.Buffer
 	if n := t.last.size(); n > 0 {
 		buf.Grow(n + n/8)
