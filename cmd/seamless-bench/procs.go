@@ -39,7 +39,8 @@ func startProc(name string, logf *os.File, env []string, argv ...string) (*proc,
 	// that a daemonised grandchild could keep blocked.
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Killed with the benchmark, whatever stops it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}

@@ -167,14 +167,16 @@ func startSeamless(t *testing.T, s *site, o startOpts) *instance {
 	}
 	argv := append(append(append([]string{}, o.wrap...), seamlessBin), args...)
 	if o.pid1 {
-		argv = append([]string{"unshare", "--pid", "--fork", "--mount-proc"}, argv...)
+		argv = append([]string{"unshare", "--pid", "--fork", "--mount-proc", "--kill-child"}, argv...)
 	}
 	in.cmd = exec.Command(argv[0], argv[1:]...)
 	in.cmd.Env = append(os.Environ(), "SEAMLESS_RUN_DIR="+in.runDir, "SEAMLESS_STATUS_ADDR="+in.status,
 		"SEAMLESS_LOG_LEVEL=debug")
 	in.cmd.Env = append(in.cmd.Env, o.env...)
 	in.cmd.Stdout, in.cmd.Stderr = in.out, in.out
-	in.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Killed with the test process, whose cleanup a timeout's panic
+	// skips; seamless's own parent-death signal then stops HAProxy.
+	in.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := in.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -104,8 +104,10 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 	a.cmd = exec.Command(o.Bin, args...)
 	a.cmd.Stdout, a.cmd.Stderr = logf, logf
 	// A group of its own: a ctrl-C at the terminal reaches only the
-	// benchmark, which stops the agent in order.
-	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// benchmark, which stops the agent in order. Killed with its starter,
+	// whose cleanup may never run (a test's timeout); Go threads do not
+	// exit under a running program, so only the process's death fires it.
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	err = a.cmd.Start()
 	logf.Close() // the child has its own descriptor
 	if err != nil {

@@ -126,7 +126,8 @@ func (a *ConsulAgent) Start() {
 	}
 	cmd := exec.Command(a.bin, a.args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Killed with the test process, whose cleanup a timeout's panic skips.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	err = cmd.Start()
 	logf.Close() // the child has its own descriptor
 	if err != nil {

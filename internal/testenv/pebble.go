@@ -124,6 +124,8 @@ func Pebble(t testing.TB, o PebbleOptions) *PebbleServer {
 		t.Fatal(err)
 	}
 	cs.Stdout, cs.Stderr = clog, clog
+	// Killed with the test process, whose cleanup a timeout's panic skips.
+	cs.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cs.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -157,6 +159,7 @@ func (p *PebbleServer) Start() {
 		p.t.Fatal(err)
 	}
 	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		p.t.Fatal(err)
 	}
