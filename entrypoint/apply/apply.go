@@ -91,20 +91,23 @@ type Applier struct {
 	// or a save whose sync failed); the next save syncs it.
 	unsynced atomic.Bool
 	wanted   []model.Query
-	running  []byte            // the bytes of Path, which HAProxy runs
-	runRend  *model.Rendering  // the rendering behind running, when known
-	recheck  time.Time         // when the state must be rendered again
-	applied  model.Catalog     // the local catalog behind running
-	indexes  map[string]uint64 // the Consul indexes behind running, by datacenter
-	refused  [32]byte          // hash of the last candidate HAProxy or -c refused
-	backoff  time.Duration     // before the next try after a write error; 0 after a success
-	why      string            // why recheck is due, for the log
-	skipped  string            // the last rendering's skips, logged when they change
-	reasons  []string          // sources changed since the last apply
-	savedAt  time.Time         // the last save of the snapshots
-	saveDue  time.Time         // when the snapshots not saved yet are; zero: none waits
-	saves    int               // saves of the snapshots, for the tests
-	saving   sync.WaitGroup    // the save in progress
+	running  []byte // the bytes of Path, which HAProxy runs
+	// HAProxy confirmed that it runs running (a reload, a runtime change,
+	// its start): not so between a write and the reload's outcome.
+	taken   bool
+	runRend *model.Rendering  // the rendering behind running, when known
+	recheck time.Time         // when the state must be rendered again
+	applied model.Catalog     // the local catalog behind running
+	indexes map[string]uint64 // the Consul indexes behind running, by datacenter
+	refused [32]byte          // hash of the last candidate HAProxy or -c refused
+	backoff time.Duration     // before the next try after a write error; 0 after a success
+	why     string            // why recheck is due, for the log
+	skipped string            // the last rendering's skips, logged when they change
+	reasons []string          // sources changed since the last apply
+	savedAt time.Time         // the last save of the snapshots
+	saveDue time.Time         // when the snapshots not saved yet are; zero: none waits
+	saves   int               // saves of the snapshots, for the tests
+	saving  sync.WaitGroup    // the save in progress
 	// ranFrom is latest as it was when running was rendered.
 	ranFrom map[string]model.Snapshot
 	// startRend is the rendering of the current state during Start, so
@@ -179,6 +182,7 @@ func (a *Applier) Run(ctx context.Context) {
 	saveTimer.Stop()
 	var saveDue time.Time
 	serving := a.opts.Serving // nil once HAProxy serves
+	a.taken = serving == nil && a.running != nil
 	held, heldForce := false, false
 	apply := func(force bool) {
 		if serving == nil {
@@ -219,6 +223,7 @@ func (a *Applier) Run(ctx context.Context) {
 			a.saveNow()
 		case <-serving:
 			serving = nil
+			a.taken = a.running != nil
 			if held {
 				held = false
 				a.apply(ctx, heldForce)

@@ -83,9 +83,13 @@ func (a *Applier) reloadWith(ctx context.Context, at attempt) {
 		return // stopping: no server state to save, no candidate to check
 	}
 	a.saveServerState(ctx, at.rend)
-	previous := a.running
+	previous, prevTaken := a.running, a.taken
 	if !bytes.Equal(at.rend.Config, a.running) {
-		if err := a.write(ctx, at.rend.Config, at.rend.Files); err != nil {
+		check := !a.taken || !movedOnly(a.running, at.rend.Config)
+		if !check {
+			a.log.Debug("not checked with haproxy -c: it differs from the running configuration only in server addresses", "why", at.why)
+		}
+		if err := a.write(ctx, at.rend.Config, at.rend.Files, check); err != nil {
 			if ctx.Err() == nil { // stopping cut the check short: no fault of the file
 				a.writeFailed(at, err)
 			}
@@ -100,7 +104,7 @@ func (a *Applier) reloadWith(ctx context.Context, at attempt) {
 			if err := WriteFile(a.opts.Path, previous, 0o640); err != nil {
 				a.log.Error("cannot restore the configuration HAProxy runs", "path", a.opts.Path, "err", err)
 			} else {
-				a.running = previous
+				a.running, a.taken = previous, prevTaken
 			}
 		}
 	}
@@ -202,15 +206,10 @@ func (a *Applier) retryLater(why, change string, start time.Time, err error) {
 	a.log.Error(msg, "why", why, "change", change, "retry_in", a.backoff, "err", err)
 }
 
-// write writes the files data names, then validates data as a candidate
-// beside Path and renames it into place; Path is untouched when
-// validation fails. Failures of the disk are *WriteError.
-func (a *Applier) write(ctx context.Context, data []byte, files []model.File) error {
-	return a.writeChecked(ctx, data, files, true)
-}
-
-// writeChecked is write, without the validation when check is false.
-func (a *Applier) writeChecked(ctx context.Context, data []byte, files []model.File, check bool) error {
+// write writes the files data names, then (when check) validates data as
+// a candidate beside Path and renames it into place; Path is untouched
+// when validation fails. Failures of the disk are *WriteError.
+func (a *Applier) write(ctx context.Context, data []byte, files []model.File, check bool) error {
 	if err := writeFiles(files); err != nil {
 		return err
 	}
@@ -229,7 +228,7 @@ func (a *Applier) writeChecked(ctx context.Context, data []byte, files []model.F
 	if err := syncDir(filepath.Dir(a.opts.Path)); err != nil {
 		return &WriteError{Path: filepath.Dir(a.opts.Path), Err: err}
 	}
-	a.running, a.backoff = data, 0
+	a.running, a.taken, a.backoff = data, false, 0
 	return nil
 }
 

@@ -54,7 +54,7 @@ func (a *Applier) took(at attempt, how string) {
 	// The running bytes are the rendering's own array (the same bytes when
 	// unchanged): the renderer's cache holds it, and an older one kept
 	// here would hold the configuration twice.
-	a.running = at.rend.Config
+	a.running, a.taken = at.rend.Config, true
 	a.applied, a.runRend, a.ranFrom = at.catalog, &at.rend, maps.Clone(a.latest)
 	a.setIndexes(at.indexes)
 	a.countDiscovered()

@@ -155,7 +155,7 @@ func (a *Applier) first(ctx context.Context, complete bool) error {
 	}
 	if err == nil {
 		a.logSkipped(rend)
-		err = a.writeChecked(ctx, rend.Config, rend.Files, a.running != nil || !a.opts.FirstUnchecked)
+		err = a.write(ctx, rend.Config, rend.Files, a.running != nil || !a.opts.FirstUnchecked)
 	}
 	if err != nil {
 		if a.running != nil {
