@@ -22,6 +22,13 @@ import (
 // instance served a request. ?slow=N answers after N milliseconds.
 func namedBackend(t *testing.T, name string) int {
 	t.Helper()
+	port, _ := stoppableBackend(t, name)
+	return port
+}
+
+// stoppableBackend is namedBackend with a function that stops it.
+func stoppableBackend(t *testing.T, name string) (int, func()) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +45,7 @@ func namedBackend(t *testing.T, name string) int {
 	})}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().(*net.TCPAddr).Port
+	return ln.Addr().(*net.TCPAddr).Port, func() { srv.Close() }
 }
 
 // getHost sends GET path to addr with the given Host header.

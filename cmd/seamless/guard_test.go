@@ -84,3 +84,54 @@ func TestConsulRestartedEmptyHoldsTheRemoval(t *testing.T) {
 		}
 	}
 }
+
+// A scale-down of 3 of 5 instances in one catalog change is more than the
+// removal guard's threshold, so the removal is held for
+// SEAMLESS_REMOVAL_HOLD. The three must get no new requests meanwhile:
+// a backend that stops before the hold ends (Docker stops a container 10
+// s after its SIGTERM by default) would fail them. Seen in the compose
+// example's CI run, where a 5 → 2 scale-down lost some 250 requests.
+func TestAHeldScaleDownGetsNoNewRequests(t *testing.T) {
+	r := newDiscoveryRig(t)
+	r.extraEnv = []string{"SEAMLESS_REMOVAL_HOLD=2m"}
+	c := r.consul.Client()
+	names := []string{"web1", "web2", "web3", "web4", "web5"}
+	stops := map[string]func(){}
+	for _, n := range names {
+		r.ports[n], stops[n] = stoppableBackend(t, n)
+		registerExternal(t, c, n, "web", r.ports[n], api.HealthPassing, r.hostTag)
+	}
+	in := r.start(t)
+	r.eventuallyServedBy(t, "127.0.0.1", names...)
+	loads := startLoadOn(t, r.http, time.Minute)
+
+	// One transaction: one Consul index, so one snapshot removes all three.
+	var ops api.TxnOps
+	for _, n := range names[2:] {
+		ops = append(ops, &api.TxnOp{Node: &api.NodeTxnOp{Verb: api.NodeDelete, Node: api.Node{Node: "node-" + n}}})
+	}
+	if ok, resp, _, err := c.Txn().Txn(ops, nil); err != nil || !ok {
+		t.Fatalf("deregister three at once: %v %v", err, resp)
+	}
+	// Well before the two minutes of the hold.
+	r.eventuallyServedBy(t, "127.0.0.1", names[:2]...)
+	if n := in.metric(held); n != 3 {
+		t.Errorf("%s = %v, want 3: the removal is held, drained", held, n)
+	}
+	for _, n := range names[2:] {
+		stops[n]()
+	}
+	// The load goes on without them.
+	for _, l := range loads {
+		before := l.Snapshot().Requests
+		testenv.Eventually(t, 30*time.Second, "500 more requests after the three stopped", func() bool {
+			return l.Snapshot().Requests >= before+500
+		})
+	}
+	for _, l := range loads {
+		requireNoFailures(t, "load while three of five leave", stopLoad(t, l))
+	}
+	if out := in.out.String(); !strings.Contains(out, "drained=3") {
+		t.Errorf("the log does not say the three were drained")
+	}
+}

@@ -56,6 +56,10 @@ type held struct {
 	in    model.Instance
 	node  *model.Node // its node, when the catalog lists it
 	until time.Time
+	// Its service still had instances that serve when it went, and the
+	// source had not started over: it is passed on critical while they
+	// serve.
+	drain bool
 }
 
 var (
@@ -213,17 +217,25 @@ func (g *Guard) hold(s model.Snapshot, now time.Time) {
 			nodes[prev.Nodes[i].Name] = &prev.Nodes[i]
 		}
 		services := map[string]bool{}
+		drained := 0
 		for _, in := range gone {
-			g.held[key{q, in.Name, in.ID}] = &held{in: in, node: nodes[in.Node], until: until}
+			// A service the source still lists with instances that serve
+			// is being scaled down; one it lost whole is held as it was.
+			drain := !restarted && serves(r.Catalog, in.Name)
+			g.held[key{q, in.Name, in.ID}] = &held{in: in, node: nodes[in.Node], until: until, drain: drain}
 			services[in.Name] = true
+			if drain {
+				drained++
+			}
 		}
 		g.holds++
-		msg := "the source dropped too many instances at once; keeping them until it confirms"
+		msg := "the source dropped too many instances at once; keeping them until it confirms (drained where their service has others that serve)"
 		if !mass {
 			msg = "the source started over with less data and dropped instances; keeping them until it confirms"
 		}
 		g.log.Warn(msg,
-			"query", q.String(), "held", len(gone), "of", prev.Len(), "services", strings.Join(slices.Sorted(maps.Keys(services)), ","),
+			"query", q.String(), "held", len(gone), "of", prev.Len(), "drained", drained,
+			"services", strings.Join(slices.Sorted(maps.Keys(services)), ","),
 			"until", until.Format(time.RFC3339), "threshold_percent", g.opts.Percent)
 	}
 }
@@ -283,7 +295,11 @@ func (g *Guard) compose(s model.Snapshot) model.Snapshot {
 		c := &model.Catalog{Datacenter: r.Catalog.Datacenter, Index: r.Catalog.Index, Nodes: slices.Clone(r.Catalog.Nodes),
 			Instances: slices.Concat(slices.Collect(r.Catalog.Services())...)} // one copy, of either kind
 		for _, h := range hs {
-			c.Instances = append(c.Instances, h.in)
+			in := h.in
+			if h.drain && serves(r.Catalog, in.Name) {
+				in = drained(in)
+			}
+			c.Instances = append(c.Instances, in)
 			if h.node != nil && !slices.ContainsFunc(c.Nodes, func(n model.Node) bool { return n.Name == h.node.Name }) {
 				c.Nodes = append(c.Nodes, *h.node)
 			}
@@ -313,4 +329,35 @@ func (k key) in(c *model.Catalog) bool {
 		}
 	}
 	return false
+}
+
+// serves reports whether c has a passing or warning instance of service.
+func serves(c *model.Catalog, service string) bool {
+	for s := range c.Services() {
+		if s[0].Name == service {
+			return slices.ContainsFunc(s, func(in model.Instance) bool {
+				return in.Status == model.StatusPassing || in.Status == model.StatusWarning
+			})
+		}
+	}
+	return false
+}
+
+// drainedCheck explains, to a template that prints checks, why a held
+// instance is critical.
+const drainedCheck = "seamless:removal-held"
+
+// drained is a held instance whose service has others to serve: the
+// source most likely removed it on purpose (a scale-down), and a backend
+// that stops soon after its deregistration must not get new requests
+// for the whole hold. Critical, every template (and the built-in one's
+// health filter) stops sending it new requests and lets the ones it
+// serves finish, while the guard keeps it ready to come back: a source
+// that lost its data loses whole services, which are held as they were.
+func drained(in model.Instance) model.Instance {
+	in.Checks = append(slices.Clip(in.Checks), model.Check{Node: in.Node, CheckID: drainedCheck, Name: "seamless removal guard",
+		Status: model.StatusCritical, ServiceID: in.ID, ServiceName: in.Name,
+		Output: "the source no longer lists this instance; the removal guard holds it, drained, while other instances serve"})
+	in.Status = model.StatusCritical
+	return in
 }

@@ -164,7 +164,7 @@ func TestMassRemovalIsHeldThenApplied(t *testing.T) {
 		start := time.Now()
 		e := inst("web", "e")
 		r.send(a, e, critical(db)) // b, c, d gone: 3 of 5
-		r.want("the removal is held; the addition and the change apply", "a", "b", "c", "d", "e", "db:critical")
+		r.want("the removal is held, drained; the addition and the change apply", "a", "b:critical", "c:critical", "d:critical", "e", "db:critical")
 		st := r.status()
 		if st.Held != 3 || !st.HeldUntil.Equal(start.Add(30*time.Second)) || st.HoldsTotal != 1 || !st.Up {
 			t.Errorf("status %+v, want 3 held until %s, 1 hold", st, start.Add(30*time.Second))
@@ -176,7 +176,7 @@ func TestMassRemovalIsHeldThenApplied(t *testing.T) {
 		}
 
 		time.Sleep(30*time.Second - time.Millisecond)
-		r.want("just before the end of the hold", "a", "b", "c", "d", "e", "db:critical")
+		r.want("just before the end of the hold", "a", "b:critical", "c:critical", "d:critical", "e", "db:critical")
 		time.Sleep(time.Millisecond)
 		r.want("the source still says they are gone: applied", "a", "e", "db:critical")
 		if st := r.status(); st.Held != 0 || !st.HeldUntil.IsZero() || st.HoldsTotal != 1 {
@@ -269,7 +269,7 @@ func TestAHoldOutlastsASourceThatIsDown(t *testing.T) {
 		r.send(inst("web", "a"))
 		r.src.setUp(false)
 		time.Sleep(30 * time.Second)
-		r.want("down at the end of the period: still held", "a", "b", "c")
+		r.want("down at the end of the period: still held", "a", "b:critical", "c:critical")
 		if st := r.status(); st.Held != 2 || st.Up {
 			t.Errorf("status %+v", st)
 		}
@@ -339,11 +339,59 @@ func TestAHeldCatalogKeepsItsIndex(t *testing.T) {
 		a, b, c := inst("web", "a"), inst("web", "b"), inst("web", "c")
 		send(7, a, b, c)
 		send(9, a) // b and c held
-		r.want("the removal is held", "a", "b", "c")
+		r.want("the removal is held", "a", "b:critical", "c:critical")
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if got := r.last.Local().Index; got != 9 {
 			t.Errorf("the catalog with held instances has index %d, want the source's 9", got)
 		}
+	})
+}
+
+// A scale-down of more than the threshold (5 → 2) is a removal the guard
+// holds, but the instances that leave often stop soon after: they must
+// get no new requests meanwhile. They are passed on critical while their
+// service has instances that serve; a service lost whole (api) is held
+// as it was, since that is what a source that lost its data looks like.
+func TestAHeldScaleDownIsDrainedWhileItsServiceServes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, opts)
+		a, b, c, d, e := inst("web", "a"), inst("web", "b"), inst("web", "c"), inst("web", "d"), inst("web", "e")
+		x, y := inst("api", "x"), inst("api", "y")
+		r.send(a, b, c, d, e, x, y)
+		r.send(a, b) // 5 of 7 gone
+		r.want("held: web's drained, api's as they were", "a", "b", "c:critical", "d:critical", "e:critical", "x", "y")
+		if !strings.Contains(r.log.String(), "drained=3") {
+			t.Errorf("the log does not say 3 were drained: %s", r.log.String())
+		}
+		r.mu.Lock()
+		for _, in := range r.last.Local().Instances {
+			if in.ID == "c" && !slices.ContainsFunc(in.Checks, func(ch model.Check) bool {
+				return ch.CheckID == drainedCheck && ch.Status == model.StatusCritical
+			}) {
+				t.Errorf("the drained instance has no check that says why: %+v", in.Checks)
+			}
+		}
+		r.mu.Unlock()
+
+		r.send(critical(a), critical(b))
+		r.want("web has nothing else to serve: its held instances serve again", "a:critical", "b:critical", "c", "d", "e", "x", "y")
+		r.send(a, b)
+		r.want("and are drained again once it has", "a", "b", "c:critical", "d:critical", "e:critical", "x", "y")
+
+		time.Sleep(opts.Hold)
+		r.want("the source still says they are gone: applied", "a", "b")
+	})
+}
+
+// After the source started over, its data comes back in pieces: a
+// service back with one instance of three must not take all the traffic.
+func TestAHoldAfterTheSourceStartedOverIsNotDrained(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, opts)
+		a, b, c := inst("web", "a"), inst("web", "b"), inst("web", "c")
+		r.send(a, b, c)
+		r.sendReset(time.Now(), a)
+		r.want("held as they were", "a", "b", "c")
 	})
 }
