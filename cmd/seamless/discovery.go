@@ -172,7 +172,7 @@ type discovery struct {
 // SEAMLESS_STATE_DIR/haproxy.cfg, which cl is pointed at. The reloader is
 // given later, once it exists; serving is closed once HAProxy serves.
 func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.CommandLine, validate func(context.Context, string) error,
-	reloader func() *reload.Reloader, cli *haproxy.MasterCLI, m *metrics.Metrics, hosts func([]string), serving <-chan struct{},
+	vouch func(string) error, reloader func() *reload.Reloader, cli *haproxy.MasterCLI, m *metrics.Metrics, hosts func([]string), serving <-chan struct{},
 	log *slog.Logger) (*discovery, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return nil, fmt.Errorf("SEAMLESS_STATE_DIR: %w", err)
@@ -198,6 +198,7 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 		Wait:         cfg.Wait,
 		StartTimeout: cfg.DiscoveryTimeout,
 		Validate:     keepRefused(validate, cl.ConfigFiles[0], cur, log),
+		Vouch:        vouch,
 		// A template of yours is checked first: a refusal then names its
 		// lines, which HAProxy's start cannot.
 		FirstUnchecked: cfg.Template == "",
@@ -313,19 +314,28 @@ func validateOnce(v *haproxy.Validator) { v.PassFrom = &haproxy.Passed{} }
 // candidateValidator checks a candidate file with the arguments HAProxy
 // runs with, the rendered file swapped for the candidate.
 func candidateValidator(v *haproxy.Validator, path string) func(context.Context, string) error {
-	return func(ctx context.Context, cand string) error {
-		c := *v
-		// A pass goes to v's next check of the same bytes: the reloader's
-		// of the file cand becomes (see validateOnce).
-		c.PassTo, c.PassFrom = v.PassFrom, nil
-		c.Args = slices.Clone(v.Args)
-		for i, a := range c.Args {
-			if a == path {
-				c.Args[i] = cand
-			}
+	return func(ctx context.Context, cand string) error { return candidate(v, path, cand).Check(ctx) }
+}
+
+// candidateVoucher vouches for a candidate file as candidateValidator
+// would check it: the reloader's check of the file it becomes passes.
+func candidateVoucher(v *haproxy.Validator, path string) func(string) error {
+	return func(cand string) error { return candidate(v, path, cand).Vouch() }
+}
+
+// candidate is v with the rendered file path swapped for cand, whose
+// pass goes to v's next check of the same bytes: the reloader's of the
+// file cand becomes (see validateOnce).
+func candidate(v *haproxy.Validator, path, cand string) *haproxy.Validator {
+	c := *v
+	c.PassTo, c.PassFrom = v.PassFrom, nil
+	c.Args = slices.Clone(v.Args)
+	for i, a := range c.Args {
+		if a == path {
+			c.Args[i] = cand
 		}
-		return c.Check(ctx)
 	}
+	return &c
 }
 
 // render prints the configuration discovery would apply now, or, with

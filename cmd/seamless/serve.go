@@ -123,7 +123,8 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 		validate := func(ctx context.Context, cand string) error {
 			return candidateValidator(checker, cl.ConfigFiles[0])(ctx, cand)
 		}
-		disc, err = startDiscovery(startCtx, cfg, cl, validate, func() *reload.Reloader { return rl },
+		vouch := func(cand string) error { return candidateVoucher(checker, cl.ConfigFiles[0])(cand) }
+		disc, err = startDiscovery(startCtx, cfg, cl, validate, vouch, func() *reload.Reloader { return rl },
 			haproxy.NewMasterCLI(cl.MasterSocket), m, hc.hostsFunc(), serving, log)
 		if err != nil && startCtx.Err() != nil {
 			if sig := endWatch(); sig != nil {

@@ -88,3 +88,72 @@ func TestAnAppliedCandidateIsValidatedOnce(t *testing.T) {
 		t.Error("bytes other than the candidate's passed without haproxy -c")
 	}
 }
+
+// A candidate the applier vouches for (only servers moved) is not
+// checked by the reloader either: no haproxy -c at all for the apply.
+// The voucher passes those bytes only, and only once.
+func TestAVouchedCandidateIsNotCheckedAtTheReload(t *testing.T) {
+	bin := testenv.HAProxy(t)
+	var runs atomic.Int32
+	run := func(ctx context.Context, argv, env []string) ([]byte, reaper.Status, error) {
+		runs.Add(1)
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if cmd.ProcessState == nil {
+			return out, reaper.Status{}, err
+		}
+		return out, reaper.Status{Pid: cmd.ProcessState.Pid(), Wait: cmd.ProcessState.Sys().(syscall.WaitStatus)}, nil
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "haproxy.cfg")
+	port := testenv.FreePort(t)
+	cfg := func(server int) []byte {
+		return fmt.Appendf(nil, "defaults\n    mode http\n    timeout client 5s\n    timeout server 5s\n    timeout connect 5s\n"+
+			"frontend fe\n    bind 127.0.0.1:%d\n    default_backend be\nbackend be\n    server s1 127.0.0.1:%d\n", port, server)
+	}
+	if err := os.WriteFile(path, cfg(8080), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	v := &haproxy.Validator{Bin: bin, Args: []string{"-c", "-f", path}, Env: os.Environ(), Run: run}
+	v.GuardBinds()
+	validateOnce(v)
+	vouch := candidateVoucher(v, path)
+	ctx := context.Background()
+
+	cand := path + ".new"
+	if err := apply.WriteFile(cand, cfg(8081), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := vouch(cand); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(cand, path); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Check(ctx); err != nil { // the reloader's
+		t.Fatal(err)
+	}
+	if n := runs.Load(); n != 0 {
+		t.Errorf("a vouched apply ran haproxy -c %d times, want 0", n)
+	}
+	if err := v.Check(ctx); err != nil { // a SIGHUP after it: in full
+		t.Fatal(err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("a check after the vouched one ran haproxy -c %d times in all, want 1", n)
+	}
+	// Vouched bytes that are not what the reloader then reads: checked.
+	if err := apply.WriteFile(cand, cfg(8082), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := vouch(cand); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("bogus-keyword\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Check(ctx); err == nil {
+		t.Error("bytes other than the vouched ones passed without haproxy -c")
+	}
+}

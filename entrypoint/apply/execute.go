@@ -85,8 +85,9 @@ func (a *Applier) reloadWith(ctx context.Context, at attempt) {
 	a.saveServerState(ctx, at.rend)
 	previous, prevTaken := a.running, a.taken
 	if !bytes.Equal(at.rend.Config, a.running) {
-		check := !a.taken || !movedOnly(a.running, at.rend.Config)
-		if !check {
+		check := validated
+		if a.taken && movedOnly(a.running, at.rend.Config) {
+			check = vouched
 			a.log.Debug("not checked with haproxy -c: it differs from the running configuration only in server addresses", "why", at.why)
 		}
 		if err := a.write(ctx, at.rend.Config, at.rend.Files, check); err != nil {
@@ -206,10 +207,19 @@ func (a *Applier) retryLater(why, change string, start time.Time, err error) {
 	a.log.Error(msg, "why", why, "change", change, "retry_in", a.backoff, "err", err)
 }
 
-// write writes the files data names, then (when check) validates data as
-// a candidate beside Path and renames it into place; Path is untouched
-// when validation fails. Failures of the disk are *WriteError.
-func (a *Applier) write(ctx context.Context, data []byte, files []model.File, check bool) error {
+// checking is how write makes sure of a candidate.
+type checking int
+
+const (
+	validated checking = iota // Validate
+	unchecked                 // not at all: HAProxy's start parses it
+	vouched                   // not at all, and Vouch: only servers moved (movedOnly)
+)
+
+// write writes the files data names, then validates data as a candidate
+// beside Path (as check says) and renames it into place; Path is
+// untouched when validation fails. Failures of the disk are *WriteError.
+func (a *Applier) write(ctx context.Context, data []byte, files []model.File, check checking) error {
 	if err := writeFiles(files); err != nil {
 		return err
 	}
@@ -217,9 +227,15 @@ func (a *Applier) write(ctx context.Context, data []byte, files []model.File, ch
 	if err := WriteFile(cand, data, 0o640); err != nil {
 		return &WriteError{Path: cand, Err: err}
 	}
-	if check {
+	switch {
+	case check == validated:
 		if err := a.opts.Validate(ctx, cand); err != nil {
 			return err
+		}
+	case check == vouched && a.opts.Vouch != nil:
+		if err := a.opts.Vouch(cand); err != nil {
+			// The reload's own check, if any, runs in full.
+			a.log.Debug("cannot vouch for the candidate", "path", cand, "err", err)
 		}
 	}
 	if err := os.Rename(cand, a.opts.Path); err != nil {

@@ -151,6 +151,13 @@ func sendPorts(f *fakeSource, ports ...int) {
 func TestAMovedInstanceIsReloadedWithoutACheck(t *testing.T) {
 	src := newSource("consul")
 	r := newRig(t, t.TempDir(), portLines{}, src)
+	var vouched []string // candidates vouched for, under r.mu
+	r.a.opts.Vouch = func(path string) error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		vouched = append(vouched, path)
+		return nil
+	}
 	sendPorts(src, 8080, 8081)
 	if err := r.a.Start(startCtx(t, r)); err != nil {
 		t.Fatal(err)
@@ -159,7 +166,7 @@ func TestAMovedInstanceIsReloadedWithoutACheck(t *testing.T) {
 	if r.checkCount() != 1 {
 		t.Fatalf("%d checks at start, want 1", r.checkCount())
 	}
-	step := func(reloads, checks int, want string, ports ...int) {
+	step := func(reloads, checks, vouches int, want string, ports ...int) {
 		t.Helper()
 		sendPorts(src, ports...)
 		// The file is put back after a refused reload's outcome.
@@ -169,20 +176,25 @@ func TestAMovedInstanceIsReloadedWithoutACheck(t *testing.T) {
 		if got := r.checkCount(); got != checks {
 			t.Errorf("ports %v: %d checks, want %d", ports, got, checks)
 		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if len(vouched) != vouches || vouched[len(vouched)-1] != r.path+".new" {
+			t.Errorf("ports %v: vouched for %v, want %d candidates", ports, vouched, vouches)
+		}
 	}
-	step(1, 1, "server web-0 10.0.0.1:8080\nserver web-1 10.0.0.1:9000\n", 8080, 9000)
+	step(1, 1, 1, "server web-0 10.0.0.1:8080\nserver web-1 10.0.0.1:9000\n", 8080, 9000)
 	if !r.logged("not checked with haproxy -c") {
 		t.Error("the skipped check is not logged")
 	}
-	step(2, 2, "server web-0 10.0.0.1:8080\nserver web-1 10.0.0.1:9000\nserver web-2 10.0.0.1:9001\n", 8080, 9000, 9001)
+	step(2, 2, 1, "server web-0 10.0.0.1:8080\nserver web-1 10.0.0.1:9000\nserver web-2 10.0.0.1:9001\n", 8080, 9000, 9001)
 	// A reload HAProxy refuses puts the file back; what runs is still
 	// taken, so the next move is not checked either.
 	r.mu.Lock()
 	r.reloadOK = false
 	r.mu.Unlock()
-	step(3, 2, "server web-0 10.0.0.1:8080\nserver web-1 10.0.0.1:9000\nserver web-2 10.0.0.1:9001\n", 8080, 8500, 9001)
+	step(3, 2, 2, "server web-0 10.0.0.1:8080\nserver web-1 10.0.0.1:9000\nserver web-2 10.0.0.1:9001\n", 8080, 8500, 9001)
 	r.mu.Lock()
 	r.reloadOK = true
 	r.mu.Unlock()
-	step(4, 2, "server web-0 10.0.0.1:8080\nserver web-1 10.0.0.1:8600\nserver web-2 10.0.0.1:9001\n", 8080, 8600, 9001)
+	step(4, 2, 3, "server web-0 10.0.0.1:8080\nserver web-1 10.0.0.1:8600\nserver web-2 10.0.0.1:9001\n", 8080, 8600, 9001)
 }

@@ -155,7 +155,11 @@ func (a *Applier) first(ctx context.Context, complete bool) error {
 	}
 	if err == nil {
 		a.logSkipped(rend)
-		err = a.write(ctx, rend.Config, rend.Files, a.running != nil || !a.opts.FirstUnchecked)
+		check := validated
+		if a.running == nil && a.opts.FirstUnchecked {
+			check = unchecked
+		}
+		err = a.write(ctx, rend.Config, rend.Files, check)
 	}
 	if err != nil {
 		if a.running != nil {

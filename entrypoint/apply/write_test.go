@@ -125,7 +125,7 @@ func TestWriteRetriesBackOff(t *testing.T) {
 	if n := testutil.ToFloat64(r.m.ConfigWriteErrors); n != 7 {
 		t.Errorf("%v write errors counted, want 7", n)
 	}
-	if err := r.a.write(context.Background(), []byte("server a 10.0.0.1\n"), nil, true); err != nil {
+	if err := r.a.write(context.Background(), []byte("server a 10.0.0.1\n"), nil, validated); err != nil {
 		t.Fatal(err)
 	}
 	if r.a.backoff != 0 {
@@ -150,7 +150,7 @@ func TestTheFilesAConfigurationNamesAreWrittenFirst(t *testing.T) {
 		seen = string(b)
 		return err
 	}
-	if err := r.a.write(context.Background(), []byte("use the map\n"), []model.File{m}, true); err != nil {
+	if err := r.a.write(context.Background(), []byte("use the map\n"), []model.File{m}, validated); err != nil {
 		t.Fatal(err)
 	}
 	if seen != string(m.Data) {
@@ -158,7 +158,7 @@ func TestTheFilesAConfigurationNamesAreWrittenFirst(t *testing.T) {
 	}
 
 	bad := model.File{Path: filepath.Join(dir, "missing", "hosts-2.map"), Data: []byte("b.example http-b\n")}
-	err := r.a.write(context.Background(), []byte("use another map\n"), []model.File{bad}, true)
+	err := r.a.write(context.Background(), []byte("use another map\n"), []model.File{bad}, validated)
 	var we *WriteError
 	if !errors.As(err, &we) || we.Path != bad.Path {
 		t.Fatalf("a map that cannot be written: %v, want a WriteError naming it", err)

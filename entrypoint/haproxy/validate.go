@@ -191,6 +191,26 @@ func (v *Validator) Check(ctx context.Context) error {
 	return &ConfigError{Alerts: Alerts(string(out)), Output: string(out), Code: st.ExitCode()}
 }
 
+// Vouch records the bytes of the files v would check as passed (PassTo),
+// without running haproxy -c: the next Check of exactly those bytes
+// through PassFrom passes. The applier vouches for a candidate that
+// differs from what runs only in moved servers, which needs no check.
+func (v *Validator) Vouch() error {
+	if v.PassTo == nil {
+		return nil
+	}
+	loaded, err := ExpandConfigFiles(v.configFiles())
+	if err != nil {
+		return err
+	}
+	sum, err := digest(loaded.Files)
+	if err != nil {
+		return err
+	}
+	v.PassTo.put(sum)
+	return nil
+}
+
 // refusal is a configuration seamless refuses before HAProxy reads it.
 func refusal(reason string) *ConfigError {
 	return &ConfigError{Alerts: []string{reason}, Output: reason + "\n"}
