@@ -342,6 +342,9 @@ func (r *render) service(args ...string) ([]*HealthService, error) {
 	if len(runs) > 1 {
 		slices.SortStableFunc(out, compareHealthServices)
 	}
+	if r.t.readOnly {
+		return out, nil
+	}
 	own := make([]HealthService, len(out))
 	for i, hs := range out {
 		own[i] = hs.copy()
