@@ -36,8 +36,10 @@ const renderedName = "haproxy.cfg"
 // serves (consul.Config.Serving).
 func newSources(cfg *config.Config, serving <-chan struct{}, log *slog.Logger) ([]model.Source, error) {
 	srcs, err := newRawSources(cfg, serving, log)
+	health := model.ParseHealth(cfg.ConsulHealth)
+	routed := func(status string) bool { return model.HealthFilter(health, status) }
 	for i, s := range srcs {
-		srcs[i] = guard.Wrap(s, guard.Options{Percent: cfg.RemovalGuard, Hold: cfg.RemovalHold, Log: log})
+		srcs[i] = guard.Wrap(s, guard.Options{Percent: cfg.RemovalGuard, Hold: cfg.RemovalHold, Routed: routed, Log: log})
 	}
 	return srcs, err
 }

@@ -28,7 +28,12 @@ type Options struct {
 	Percent int
 	// Hold is how long a removal is held before it is applied.
 	Hold time.Duration
-	Log  *slog.Logger
+	// Routed reports whether an instance with the status gets traffic
+	// (SEAMLESS_CONSUL_HEALTH); nil: passing only. A held instance is
+	// drained only while its service has a routed one, and never when
+	// critical instances are routed too (it would change nothing).
+	Routed func(status string) bool
+	Log    *slog.Logger
 }
 
 // Guard is a model.Source around another one.
@@ -75,6 +80,9 @@ func Wrap(src model.Source, o Options) model.Source {
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Routed == nil {
+		o.Routed = func(status string) bool { return status == model.StatusPassing }
 	}
 	return &Guard{src: src, opts: o, log: o.Log.With("component", "discovery", "source", src.Name()),
 		held: map[key]*held{}, sent: map[model.Query]*model.Catalog{}}
@@ -221,7 +229,7 @@ func (g *Guard) hold(s model.Snapshot, now time.Time) {
 		for _, in := range gone {
 			// A service the source still lists with instances that serve
 			// is being scaled down; one it lost whole is held as it was.
-			drain := !restarted && serves(r.Catalog, in.Name)
+			drain := !restarted && !g.opts.Routed(model.StatusCritical) && g.serves(r.Catalog, in.Name)
 			g.held[key{q, in.Name, in.ID}] = &held{in: in, node: nodes[in.Node], until: until, drain: drain}
 			services[in.Name] = true
 			if drain {
@@ -296,7 +304,7 @@ func (g *Guard) compose(s model.Snapshot) model.Snapshot {
 			Instances: slices.Concat(slices.Collect(r.Catalog.Services())...)} // one copy, of either kind
 		for _, h := range hs {
 			in := h.in
-			if h.drain && serves(r.Catalog, in.Name) {
+			if h.drain && g.serves(r.Catalog, in.Name) {
 				in = drained(in)
 			}
 			c.Instances = append(c.Instances, in)
@@ -331,13 +339,11 @@ func (k key) in(c *model.Catalog) bool {
 	return false
 }
 
-// serves reports whether c has a passing or warning instance of service.
-func serves(c *model.Catalog, service string) bool {
+// serves reports whether c has an instance of service that gets traffic.
+func (g *Guard) serves(c *model.Catalog, service string) bool {
 	for s := range c.Services() {
 		if s[0].Name == service {
-			return slices.ContainsFunc(s, func(in model.Instance) bool {
-				return in.Status == model.StatusPassing || in.Status == model.StatusWarning
-			})
+			return slices.ContainsFunc(s, func(in model.Instance) bool { return g.opts.Routed(in.Status) })
 		}
 	}
 	return false

@@ -395,3 +395,34 @@ func TestAHoldAfterTheSourceStartedOverIsNotDrained(t *testing.T) {
 		r.want("held as they were", "a", "b", "c")
 	})
 }
+
+// Draining must never leave a service with nothing routed: what counts is
+// the health filter's (SEAMLESS_CONSUL_HEALTH), passing only by default.
+// When it routes critical instances too, a drain would change nothing.
+func TestADrainCountsOnlyRoutedInstances(t *testing.T) {
+	warning := func(in model.Instance) model.Instance { in.Status = model.StatusWarning; return in }
+	for _, c := range []struct {
+		name   string
+		routed func(string) bool
+		want   []string
+	}{
+		{"passing only: the two left are warning, so nothing is drained", nil,
+			[]string{"a:warning", "b:warning", "c", "d", "e"}},
+		{"passing and warning", func(s string) bool { return s == model.StatusPassing || s == model.StatusWarning },
+			[]string{"a:warning", "b:warning", "c:critical", "d:critical", "e:critical"}},
+		{"any: critical is routed, nothing to drain", func(string) bool { return true },
+			[]string{"a:warning", "b:warning", "c", "d", "e"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				o := opts
+				o.Routed = c.routed
+				r := newRig(t, o)
+				a, b := warning(inst("web", "a")), warning(inst("web", "b"))
+				r.send(a, b, inst("web", "c"), inst("web", "d"), inst("web", "e"))
+				r.send(a, b)
+				r.want("held", c.want...)
+			})
+		})
+	}
+}
