@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -155,5 +157,79 @@ func TestAVouchedCandidateIsNotCheckedAtTheReload(t *testing.T) {
 	}
 	if err := v.Check(ctx); err == nil {
 		t.Error("bytes other than the vouched ones passed without haproxy -c")
+	}
+}
+
+// A reload HAProxy refused leaves the bind guard with that candidate's
+// binds as passed; a vouched reload after it must not record them as
+// running, or a later candidate adding the same address would not be
+// probed and its reload would fail to bind.
+func TestAVouchedReloadDoesNotTakeARefusedCandidatesBinds(t *testing.T) {
+	bin := testenv.HAProxy(t)
+	run := func(ctx context.Context, argv, env []string) ([]byte, reaper.Status, error) {
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if cmd.ProcessState == nil {
+			return out, reaper.Status{}, err
+		}
+		return out, reaper.Status{Pid: cmd.ProcessState.Pid(), Wait: cmd.ProcessState.Sys().(syscall.WaitStatus)}, nil
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "haproxy.cfg")
+	ports := testenv.FreePorts(t, 2)
+	cfg := func(server int, extraBind bool) []byte {
+		b := fmt.Appendf(nil, "defaults\n    mode http\n    timeout client 5s\n    timeout server 5s\n    timeout connect 5s\n"+
+			"frontend fe\n    bind 127.0.0.1:%d\n", ports[0])
+		if extraBind {
+			b = fmt.Appendf(b, "    bind 127.0.0.1:%d\n", ports[1])
+		}
+		return fmt.Appendf(b, "    default_backend be\nbackend be\n    server s1 127.0.0.1:%d\n", server)
+	}
+	if err := os.WriteFile(path, cfg(8080, false), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	v := &haproxy.Validator{Bin: bin, Args: []string{"-c", "-f", path}, Env: os.Environ(), Run: run}
+	v.GuardBinds()
+	validateOnce(v)
+	check, vouch := candidateValidator(v, path), candidateVoucher(v, path)
+	ctx := context.Background()
+	cand := path + ".new"
+
+	// A candidate with a second bind passes, and HAProxy refuses its
+	// reload: the file goes back, Loaded is not called.
+	if err := apply.WriteFile(cand, cfg(8080, true), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := check(ctx, cand); err != nil {
+		t.Fatal(err)
+	}
+	// A move, vouched for and reloaded.
+	if err := apply.WriteFile(cand, cfg(8081, false), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := vouch(cand); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(cand, path); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	v.Loaded(true)
+	// Another process takes the second address; the candidate that binds
+	// it must now be refused.
+	ln, err := net.Listen("tcp", testenv.Addr(ports[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := apply.WriteFile(cand, cfg(8081, true), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var be *haproxy.BindError
+	if err := check(ctx, cand); !errors.As(err, &be) {
+		t.Errorf("a candidate binding a taken address: %v, want a *haproxy.BindError", err)
 	}
 }

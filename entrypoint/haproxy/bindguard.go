@@ -121,6 +121,17 @@ func (g *BindGuard) Check(files []string) error {
 	return nil
 }
 
+// Vouch records files as the candidate that passed, without probing: a
+// configuration that differs from what runs only in its servers binds
+// what runs. Without it, Loaded after that candidate's reload would take
+// the binds of an earlier candidate HAProxy refused as running.
+func (g *BindGuard) Vouch(files []string) {
+	binds, err := g.parse(files)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.checked, g.passed = binds, err == nil
+}
+
 // Loaded records that HAProxy took the candidate that passed the last
 // Check. certain is false when the reload was sent but not confirmed: the
 // candidate's addresses may run or not, so both count as running.

@@ -196,6 +196,9 @@ func (v *Validator) Check(ctx context.Context) error {
 // through PassFrom passes. The applier vouches for a candidate that
 // differs from what runs only in moved servers, which needs no check.
 func (v *Validator) Vouch() error {
+	if v.Binds != nil {
+		v.Binds.Vouch(v.configFiles())
+	}
 	if v.PassTo == nil {
 		return nil
 	}
