@@ -8,19 +8,20 @@ import (
 
 // movedOnly reports whether next differs from taken, a configuration
 // HAProxy runs, only in the address of server lines, each an IP literal
-// with a port on both sides, of the same family. haproxy -c of next then
-// cannot say anything it did not say of taken: HAProxy parses such an
-// address without resolving it, and nothing else in the file changed
-// (files a configuration names carry a digest of their content in their
-// name). So next needs no check before its reload: at 1000 backends of
-// 10 servers the check is some 250 ms of CPU, most of a template's time
-// from a moved instance to the file. The reload that follows still
-// parses it, and a refusal there puts taken back.
+// with a port on both sides, of the same family. The text of next then
+// says nothing to haproxy -c that taken did not: HAProxy parses such an
+// address without resolving it. So next needs no check before its
+// reload: at 1000 backends of 10 servers the check is some 250 ms of
+// CPU, most of a template's time from a moved instance to the file.
+// What the check would also have read again, files the configuration
+// names (a certificate replaced on disk since), is read by the reload,
+// whose refusal puts taken back.
 //
 // Deliberately narrow: an added or removed line, a renamed server, a
 // host name (resolved by the check), a quote or an escape before the
-// address (which could make it part of the name), a wildcard or
-// multicast address, or a zero port needs the check.
+// address (which could make it part of the name), a control character
+// (HAProxy splits words on \v, \f and \r too), a wildcard or multicast
+// address, or a zero port needs the check.
 func movedOnly(taken, next []byte) bool {
 	if len(taken) == 0 {
 		return false
@@ -33,7 +34,7 @@ func movedOnly(taken, next []byte) bool {
 			return false
 		}
 		if !bytes.Equal(a, b) {
-			if !movedServer(string(a), string(b)) {
+			if controls(a) || controls(b) || !movedServer(string(a), string(b)) {
 				return false
 			}
 			moved = true
@@ -74,9 +75,16 @@ func plainAddr(s string) (netip.AddrPort, bool) {
 	return ap, ap.Port() != 0 && ip.Zone() == "" && !ip.Is4In6() && !ip.IsUnspecified() && !ip.IsMulticast()
 }
 
-// words splits a line as HAProxy does outside quotes: on spaces and tabs
-// only (strings.Fields would also split on characters HAProxy keeps in a
-// word, such as a no-break space, and so misplace the address).
+// controls reports a control character other than a tab: HAProxy
+// separates words on some (\v, \f, \r), which words does not.
+func controls(line []byte) bool {
+	return bytes.ContainsFunc(line, func(r rune) bool { return (r < 0x20 && r != '\t') || r == 0x7f })
+}
+
+// words splits a line as HAProxy does outside quotes, a line without
+// control characters: on spaces and tabs (strings.Fields would also split
+// on characters HAProxy keeps in a word, such as a no-break space, and so
+// misplace the address).
 func words(line string) []string {
 	return strings.FieldsFunc(line, func(r rune) bool { return r == ' ' || r == '\t' })
 }

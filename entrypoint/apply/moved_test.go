@@ -7,10 +7,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/seamless-lb/seamless/entrypoint/model"
+	"github.com/seamless-lb/seamless/entrypoint/reload"
 	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
@@ -61,10 +63,12 @@ var movedCases = []struct {
 	{"a line is added", "", "    server web-3 10.0.0.3:8080", false, true, false},
 	{"a quote before the address", `    server "web-3" 10.0.0.3:8080`, `    server "web-3" 10.0.0.4:8080`, false, true, false},
 	{"a comment before the address", "    server web-3#10.0.0.3:8080 10.0.0.4:80", "    server web-3#10.0.0.5:8080 10.0.0.4:80", false, false, true},
-	// HAProxy splits words on spaces and tabs only: here the name would
-	// be "web-3\u00a010.0.0.3:8080", with the address after it (2.6
+	// HAProxy does not split words on a no-break space: here the name
+	// would be "web-3\u00a010.0.0.3:8080", with the address after it (2.6
 	// refuses the character in a name, so this is a string case).
 	{"a no-break space in the name", "    server web-3\u00a010.0.0.3:8080 10.0.0.4:80", "    server web-3\u00a010.0.0.5:8080 10.0.0.4:80", false, false, true},
+	// HAProxy splits words on \f too: the address would be "id"'s value.
+	{"a form feed before the address", "    server a\f10.0.0.9:80\fid 10.0.0.1:80", "    server a\f10.0.0.9:80\fid 0.0.0.1:80", false, false, false},
 	{"not a server line", "    # was 10.0.0.3:8080", "    # was 10.0.0.4:8080", false, true, false},
 	{"a bind moves", "    server web-3 10.0.0.3:8080\nfrontend f\n    bind 127.0.0.1:18080", "    server web-3 10.0.0.3:8080\nfrontend f\n    bind 127.0.0.1:18081", false, true, false},
 }
@@ -197,4 +201,49 @@ func TestAMovedInstanceIsReloadedWithoutACheck(t *testing.T) {
 	r.reloadOK = true
 	r.mu.Unlock()
 	step(4, 2, 3, "server web-0 10.0.0.1:8080\nserver web-1 10.0.0.1:8600\nserver web-2 10.0.0.1:9001\n", 8080, 8600, 9001)
+}
+
+// After a refused reload whose file could not be put back, the file holds
+// bytes HAProxy refused. The same rendering again is "unchanged", and must
+// not make them count as taken: a move from them is checked.
+func TestUnchangedBytesHAProxyRefusedAreNotTaken(t *testing.T) {
+	src := newSource("consul")
+	dir := t.TempDir()
+	r := newRig(t, dir, portLines{}, src)
+	var reloads atomic.Int32
+	r.a.opts.Reload = func(context.Context, string) (reload.Outcome, error) {
+		if reloads.Add(1) == 1 {
+			// Refused, and the file's path made unwritable for the restore.
+			os.Remove(r.path)
+			if err := os.MkdirAll(filepath.Join(r.path, "in-the-way"), 0o755); err != nil {
+				t.Error(err)
+			}
+			return reload.Outcome{OK: false, Err: reload.ErrRefused}, nil
+		}
+		return reload.Outcome{OK: true}, nil
+	}
+	sendPorts(src, 8080, 8081)
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	r.run(t)
+	sendPorts(src, 8080, 8090) // a move, refused, not restored
+	testenv.Eventually(t, 5*time.Second, "the restore fails", func() bool { return r.logged("cannot restore") })
+	if err := os.RemoveAll(r.path); err != nil {
+		t.Fatal(err)
+	}
+	checks := r.checkCount()
+	// Other data, the same bytes: unchanged.
+	c := &model.Catalog{}
+	for i, p := range []int{8080, 8090} {
+		c.Instances = append(c.Instances, model.Instance{Source: src.name, Name: "web", ID: fmt.Sprintf("web-%d", i),
+			Address: "10.0.0.1", Port: p, Status: model.StatusPassing, Tags: []string{"not-rendered"}})
+	}
+	src.ch <- model.Snapshot{Source: src.name, Results: map[model.Query]model.Result{model.LocalCatalog: {Catalog: c}}}
+	testenv.Eventually(t, 5*time.Second, "the unchanged apply", func() bool { return r.logged("configuration is unchanged") })
+	sendPorts(src, 8080, 8095) // a move from bytes HAProxy refused
+	testenv.Eventually(t, 5*time.Second, "the second reload", func() bool { return reloads.Load() == 2 })
+	if got := r.checkCount(); got != checks+1 {
+		t.Errorf("a move from bytes HAProxy refused: %d checks, want 1", got-checks)
+	}
 }

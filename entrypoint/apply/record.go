@@ -54,7 +54,9 @@ func (a *Applier) took(at attempt, how string) {
 	// The running bytes are the rendering's own array (the same bytes when
 	// unchanged): the renderer's cache holds it, and an older one kept
 	// here would hold the configuration twice.
-	a.running, a.taken = at.rend.Config, true
+	// Unchanged bytes are as taken as before: after a restore that
+	// failed they are a candidate HAProxy refused.
+	a.running, a.taken = at.rend.Config, a.taken || how != metrics.Unchanged
 	a.applied, a.runRend, a.ranFrom = at.catalog, &at.rend, maps.Clone(a.latest)
 	a.setIndexes(at.indexes)
 	a.countDiscovered()
