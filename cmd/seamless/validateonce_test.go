@@ -24,16 +24,7 @@ import (
 func TestAnAppliedCandidateIsValidatedOnce(t *testing.T) {
 	bin := testenv.HAProxy(t)
 	var runs atomic.Int32
-	run := func(ctx context.Context, argv, env []string) ([]byte, reaper.Status, error) {
-		runs.Add(1)
-		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		if cmd.ProcessState == nil {
-			return out, reaper.Status{}, err
-		}
-		return out, reaper.Status{Pid: cmd.ProcessState.Pid(), Wait: cmd.ProcessState.Sys().(syscall.WaitStatus)}, nil
-	}
+	run := countingRunner(&runs)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "haproxy.cfg")
 	cfg := func(port int) []byte {
@@ -97,16 +88,7 @@ func TestAnAppliedCandidateIsValidatedOnce(t *testing.T) {
 func TestAVouchedCandidateIsNotCheckedAtTheReload(t *testing.T) {
 	bin := testenv.HAProxy(t)
 	var runs atomic.Int32
-	run := func(ctx context.Context, argv, env []string) ([]byte, reaper.Status, error) {
-		runs.Add(1)
-		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		if cmd.ProcessState == nil {
-			return out, reaper.Status{}, err
-		}
-		return out, reaper.Status{Pid: cmd.ProcessState.Pid(), Wait: cmd.ProcessState.Sys().(syscall.WaitStatus)}, nil
-	}
+	run := countingRunner(&runs)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "haproxy.cfg")
 	port := testenv.FreePort(t)
@@ -166,15 +148,8 @@ func TestAVouchedCandidateIsNotCheckedAtTheReload(t *testing.T) {
 // probed and its reload would fail to bind.
 func TestAVouchedReloadDoesNotTakeARefusedCandidatesBinds(t *testing.T) {
 	bin := testenv.HAProxy(t)
-	run := func(ctx context.Context, argv, env []string) ([]byte, reaper.Status, error) {
-		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		if cmd.ProcessState == nil {
-			return out, reaper.Status{}, err
-		}
-		return out, reaper.Status{Pid: cmd.ProcessState.Pid(), Wait: cmd.ProcessState.Sys().(syscall.WaitStatus)}, nil
-	}
+	var runs atomic.Int32
+	run := countingRunner(&runs)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "haproxy.cfg")
 	ports := testenv.FreePorts(t, 2)
@@ -231,5 +206,19 @@ func TestAVouchedReloadDoesNotTakeARefusedCandidatesBinds(t *testing.T) {
 	var be *haproxy.BindError
 	if err := check(ctx, cand); !errors.As(err, &be) {
 		t.Errorf("a candidate binding a taken address: %v, want a *haproxy.BindError", err)
+	}
+}
+
+// countingRunner runs haproxy as the reaper would, counting the runs.
+func countingRunner(runs *atomic.Int32) haproxy.Runner {
+	return func(ctx context.Context, argv, env []string) ([]byte, reaper.Status, error) {
+		runs.Add(1)
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if cmd.ProcessState == nil {
+			return out, reaper.Status{}, err
+		}
+		return out, reaper.Status{Pid: cmd.ProcessState.Pid(), Wait: cmd.ProcessState.Sys().(syscall.WaitStatus)}, nil
 	}
 }
