@@ -266,7 +266,7 @@ type Rendering struct {
 	// applied.
 	Queries []Query
 	Missing []Query
-	// Skipped names what was left out and why ("service web: tag
+	// Skipped names what was left out and why, sorted ("service web: tag
 	// seamless.http.host=\"a b\" is not a host name"), for the log.
 	Skipped []string
 	// Servers lists the server slots whose address, weight and state can

@@ -50,10 +50,12 @@ type runKey struct {
 }
 
 // converted is what a render made of its inputs that the next one may
-// reuse, each a function of its key alone.
+// reuse: runs and specs are functions of their keys alone, frags are
+// checked against what they read.
 type converted struct {
 	runs  map[runKey]*run
 	specs map[string]serviceQuery // `service` arguments, parsed
+	frags map[fragmentKey]*fragmentOut
 }
 
 // runCache holds what the latest render that had it converted. One render
@@ -147,7 +149,7 @@ func (r *render) run(list []model.Instance, dc string) *run {
 		rn = cleanRun(list, r.t.opts.RawMeta)
 	}
 	if r.used.runs == nil {
-		r.used.runs = map[runKey]*run{}
+		r.used.runs = make(map[runKey]*run, len(r.cached.runs))
 	}
 	r.used.runs[k] = rn
 	return rn
@@ -317,7 +319,8 @@ func (r *render) service(args ...string) ([]*HealthService, error) {
 	if len(args) == 0 || args[0] == "" {
 		return out, nil
 	}
-	q, err := r.serviceQuery(strings.Join(args, "|"))
+	spec := strings.Join(args, "|")
+	q, err := r.serviceQuery(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -331,6 +334,9 @@ func (r *render) service(args ...string) ([]*HealthService, error) {
 		return out, nil
 	}
 	runs := v.byName[q.name]
+	if r.rec != nil {
+		r.rec.deps = append(r.rec.deps, serviceDep{spec: spec, runs: runs})
+	}
 	for _, rn := range runs {
 		for _, hs := range rn.healthServices(v.dc) {
 			if (q.tag != "" && !slices.Contains(hs.Tags, q.tag)) || !model.HealthFilter(q.filter, hs.Status) {
@@ -386,7 +392,7 @@ func (r *render) serviceQuery(spec string) (serviceQuery, error) {
 		}
 	}
 	if r.used.specs == nil {
-		r.used.specs = map[string]serviceQuery{}
+		r.used.specs = make(map[string]serviceQuery, len(r.cached.specs))
 	}
 	r.used.specs[spec] = q
 	return q, nil

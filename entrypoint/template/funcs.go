@@ -26,6 +26,11 @@ type render struct {
 	views   map[model.Query]*view
 	cached  converted // by the previous render that had the cache; empty without it
 	used    converted // by this render
+	funcs   template.FuncMap
+	// rec, while a fragment executes, collects what it reads; fragTmpls
+	// are the fragments' templates bound to this render.
+	rec       *fragmentRecord
+	fragTmpls map[string]*template.Template
 }
 
 // result records q and returns State's answer; without one q is missing.
@@ -34,6 +39,9 @@ func (r *render) result(q model.Query) (model.Result, bool) {
 	res, ok := r.st.Result(q)
 	if !ok {
 		r.missing[q] = true
+		if r.rec != nil {
+			r.rec.incomplete = true
+		}
 	}
 	return res, ok
 }
@@ -230,5 +238,8 @@ func (r *render) skip(reason ...any) string {
 		msg = "skipped by the template"
 	}
 	r.skipped = append(r.skipped, msg)
+	if r.rec != nil {
+		r.rec.skipped = append(r.rec.skipped, msg)
+	}
 	return ""
 }

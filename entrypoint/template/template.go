@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/template"
 	"text/template/parse"
 	"time"
@@ -94,6 +95,8 @@ type Options struct {
 	// Log receives warnings about the output (an unrendered pair of
 	// delimiters); nil discards them.
 	Log *slog.Logger
+
+	uncut bool // keep every body in the template: the reference the tests compare fragments with
 }
 
 // Template is a parsed user template; it implements model.Renderer.
@@ -121,6 +124,10 @@ type Template struct {
 	// render keeps instead of copies of their own (a third of a render's
 	// time at 1000 × 10, most of its garbage).
 	readOnly bool
+	// frags are the bodies cut out of the template (cutFragments), by id;
+	// fragmentRuns counts their executions.
+	frags        map[string]*fragment
+	fragmentRuns atomic.Int64
 }
 
 var _ model.Renderer = (*Template)(nil)
@@ -160,12 +167,7 @@ func parseText(path, text string, opts Options) (*Template, error) {
 		return nil, fmt.Errorf("template: default health filter: %w", err)
 	}
 	t := &Template{path: path, opts: opts, health: health, warned: &sync.Map{}, text: text, last: &lastRender{}, runs: &runCache{}}
-	base := template.New(path).Delims(opts.LeftDelim, opts.RightDelim)
-	if opts.ErrOnMissingKey {
-		base.Option("missingkey=error")
-	} else {
-		base.Option("missingkey=zero")
-	}
+	base := template.New(path).Delims(opts.LeftDelim, opts.RightDelim).Option(t.missingKey())
 	base.Funcs(staticFuncs()).Funcs((&render{t: t}).boundFuncs())
 	if _, err := base.Parse(text); err != nil {
 		return nil, err
@@ -174,7 +176,18 @@ func parseText(path, text string, opts Options) (*Template, error) {
 		return nil, err
 	}
 	t.base, t.readOnly = base, callsOnly(base, readOnlyFuncs)
+	if !opts.uncut {
+		t.cutFragments(base)
+	}
 	return t, nil
+}
+
+// missingKey is the text/template option for Options.ErrOnMissingKey.
+func (t *Template) missingKey() string {
+	if t.opts.ErrOnMissingKey {
+		return "missingkey=error"
+	}
+	return "missingkey=zero"
 }
 
 // Path is the file the template was read from.
@@ -188,7 +201,9 @@ func (t *Template) newTemplate(r *render) (*template.Template, error) {
 		return nil, err
 	}
 	r.tmpl = tmpl
-	return tmpl.Funcs(r.boundFuncs()), nil
+	r.funcs = r.boundFuncs()
+	r.funcs[fragmentFunc] = r.fragment
+	return tmpl.Funcs(r.funcs), nil
 }
 
 // Render executes the template against st. It records every query the
@@ -223,11 +238,17 @@ func (t *Template) Render(st model.State) (model.Rendering, error) {
 		buf.Grow(n + n/8)
 	}
 	execErr := tmpl.Execute(&buf, nil)
+	if fe := (*fragmentError)(nil); errors.As(execErr, &fe) {
+		execErr = fe.err // as the body would have failed in place
+	}
 	out := model.Rendering{
 		Queries: sortedQueries(r.queries),
 		Missing: sortedQueries(r.missing),
 		Skipped: r.skipped,
 	}
+	// Sorted: a body whose output is reused reports what it skipped
+	// after the catalog's own reports, wherever it came when executed.
+	slices.Sort(out.Skipped)
 	if execErr != nil {
 		if len(out.Missing) > 0 {
 			return out, nil
