@@ -72,6 +72,9 @@ func parseBindFile(path string, getenv func(string) (string, bool)) ([]Bind, err
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
 		n++
+		if w, plain := firstWord(sc.Bytes()); plain && !keyword(w) {
+			continue // a server line of ten thousand: no word to split
+		}
 		words, ok := splitLine(sc.Text(), getenv)
 		if len(words) == 0 {
 			continue
@@ -114,6 +117,33 @@ func parseBindFile(path string, getenv func(string) (string, bool)) ([]Bind, err
 		return out, fmt.Errorf("%s: %w", path, err)
 	}
 	return out, nil
+}
+
+// firstWord is line's first word as it is written, and whether that is
+// the word itself: no quote or escape, which only splitLine reads.
+func firstWord(line []byte) (w []byte, plain bool) {
+	i := 0
+	for i < len(line) && (line[i] == ' ' || line[i] == '\t') {
+		i++
+	}
+	j := i
+	for j < len(line) && line[j] != ' ' && line[j] != '\t' && line[j] != '#' {
+		switch line[j] {
+		case '"', '\'', '\\':
+			return nil, false
+		}
+		j++
+	}
+	return line[i:j], true
+}
+
+// keyword: a first word parseBindFile reads the line for.
+func keyword(w []byte) bool {
+	switch string(w) {
+	case "bind", "stats":
+		return true
+	}
+	return len(w) > 0 && w[0] == '.' || sections[string(w)]
 }
 
 // plainBind: no option that binds elsewhere than the address says

@@ -103,6 +103,34 @@ func FuzzParseBinds(f *testing.F) {
 	})
 }
 
+// A line whose first word, as written, is plain and no keyword is skipped
+// unsplit: splitting it must give that word, and so no keyword either.
+func FuzzFirstWordSkipsOnlyWhatSplittingSkips(f *testing.F) {
+	for _, line := range []string{
+		"    server web-1 10.0.0.1:80 check", "\tbind :80", "bind#x", "\"bind\" :80", "b\\ind :80",
+		"'stats' socket :1", "  .if defined(X)", "#bind :80", "", "   ", "frontend f", "\"\"bind :80",
+		"stats\tsocket ipv4@127.0.0.1:1", "bin\"d\" :80",
+	} {
+		f.Add(line)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		w, plain := firstWord([]byte(line))
+		if !plain {
+			return
+		}
+		words, _ := splitLine(line, nil)
+		if len(words) == 0 {
+			if len(w) != 0 {
+				t.Fatalf("%q: first word %q, split into none", line, w)
+			}
+			return
+		}
+		if words[0].text != string(w) {
+			t.Fatalf("%q: first word %q, split into %q", line, w, words[0].text)
+		}
+	})
+}
+
 // A Guard refuses an address the candidate adds that another process
 // holds, and never one the running configuration binds.
 func TestBindGuard(t *testing.T) {
