@@ -43,19 +43,33 @@ func (t *Template) warnUnrendered(out []byte) {
 }
 
 // findPair returns the first output line holding left, then right, with
-// something between them, and that text.
+// something between them, and that text. Only a line's first left counts.
+// It looks for left rather than splitting the output into lines: a
+// configuration of 10,000 servers is searched at every render.
 func findPair(out []byte, left, right string) (line int, text string, ok bool) {
-	for n, l := range bytes.Split(out, []byte("\n")) {
-		i := bytes.Index(l, []byte(left))
-		if i < 0 {
-			continue
-		}
-		rest := l[i+len(left):]
-		j := bytes.Index(rest, []byte(right))
-		if j < 0 || j > maxActionLen || len(bytes.TrimSpace(rest[:j])) == 0 {
-			continue
-		}
-		return n + 1, string(l[i : i+len(left)+j+len(right)]), true
+	l, r := []byte(left), []byte(right)
+	if len(l) == 0 || bytes.IndexByte(l, '\n') >= 0 || bytes.IndexByte(r, '\n') >= 0 {
+		return 0, "", false // no line holds it
 	}
-	return 0, "", false
+	start, n := 0, 1 // the line from start is line n
+	for {
+		i := bytes.Index(out[start:], l)
+		if i < 0 {
+			return 0, "", false
+		}
+		i += start
+		n += bytes.Count(out[start:i], []byte("\n"))
+		end := len(out)
+		if e := bytes.IndexByte(out[i:], '\n'); e >= 0 {
+			end = i + e
+		}
+		rest := out[i+len(l) : end]
+		if j := bytes.Index(rest, r); j >= 0 && j <= maxActionLen && len(bytes.TrimSpace(rest[:j])) > 0 {
+			return n, string(out[i : i+len(l)+j+len(r)]), true
+		}
+		if end == len(out) {
+			return 0, "", false
+		}
+		start, n = end+1, n+1
+	}
 }

@@ -70,3 +70,36 @@ func TestDelimiters(t *testing.T) {
 		})
 	}
 }
+
+// findPair finds what looking at each line in turn finds: the first line
+// whose first left is followed by right with something between them.
+func FuzzFindPairAsLineByLine(f *testing.F) {
+	for _, s := range []string{
+		"a\nb {{ x }}\nc", "{{ }}\n{{ y }}", "{{\n}}", "x {{ a {{ b }}\n", "{{{{}}}}", "\n\n{{ z }}", "[[a]] {{b}}", "{{ x }}",
+		"{{ " + strings.Repeat("a", maxActionLen) + " }}\n{{ b }}",
+	} {
+		f.Add(s, "{{", "}}")
+	}
+	f.Add("a\n[[ b ]]", "[[", "]]")
+	f.Add("a\nb", "a\nb", "}}")
+	f.Fuzz(func(t *testing.T, out, left, right string) {
+		line, text, ok := findPair([]byte(out), left, right)
+		wline, wtext, wok := 0, "", false
+		for n, l := range strings.Split(out, "\n") {
+			i := strings.Index(l, left)
+			if left == "" || i < 0 {
+				continue
+			}
+			rest := l[i+len(left):]
+			j := strings.Index(rest, right)
+			if j < 0 || j > maxActionLen || len(strings.TrimSpace(rest[:j])) == 0 {
+				continue
+			}
+			wline, wtext, wok = n+1, l[i:i+len(left)+j+len(right)], true
+			break
+		}
+		if line != wline || text != wtext || ok != wok {
+			t.Fatalf("findPair(%q, %q, %q) = %d %q %v, want %d %q %v", out, left, right, line, text, ok, wline, wtext, wok)
+		}
+	})
+}

@@ -76,7 +76,7 @@ type serviceDep struct {
 type fragmentRecord struct {
 	deps       []serviceDep
 	skipped    []string // by skip; a catalog's own reports come with its view, once per render
-	incomplete bool // it asked for something the state has no answer for
+	incomplete bool     // it asked for something the state has no answer for
 }
 
 // fragmentError carries a fragment's execution error through the call
