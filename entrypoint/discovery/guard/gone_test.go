@@ -86,3 +86,37 @@ func BenchmarkGoneOfARedatedCatalog(b *testing.B) {
 		}
 	}
 }
+
+// A mass removal at 5,000 services × 10: 2,000 services lost whole and
+// 2,000 scaled down to two, 36,000 instances held, each asking whether its
+// service still serves; then the next snapshot, which asks of each held
+// instance whether it is back.
+func BenchmarkAMassHold(b *testing.B) {
+	prev := bigCatalog(5000, 10)
+	cur := &model.Catalog{}
+	for _, in := range prev.Instances {
+		var s, i int
+		fmt.Sscanf(in.ID, "node-%d/svc-%d-", &i, &s)
+		if s < 2000 || s < 4000 && i >= 2 {
+			continue
+		}
+		cur.Instances = append(cur.Instances, in)
+	}
+	model.SortCatalog(cur)
+	s := model.Snapshot{Source: "consul", Results: map[model.Query]model.Result{model.LocalCatalog: {Catalog: cur}}}
+	for b.Loop() {
+		g := Wrap(&fake{in: make(chan model.Snapshot)}, Options{Percent: 50, Hold: time.Minute, Log: slog.New(slog.DiscardHandler),
+			Routed: func(status string) bool { return status == model.StatusPassing }}).(*Guard)
+		g.sent[model.LocalCatalog] = prev
+		g.hold(s, time.Now())
+		if len(g.held) != 36000 {
+			b.Fatalf("%d held, want 36,000", len(g.held))
+		}
+		out := g.compose(s)
+		g.hold(s, time.Now())
+		out = g.compose(s)
+		if n := out.Results[model.LocalCatalog].Catalog.Len(); n != 50000 {
+			b.Fatalf("%d instances passed on, want 50,000", n)
+		}
+	}
+}

@@ -199,9 +199,16 @@ func (g *Guard) hold(s model.Snapshot, now time.Time) {
 	restarted := !s.Reset.IsZero() && now.Sub(s.Reset) < g.opts.Hold
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	indexes := map[model.Query]byService{}
 	for k := range g.held {
 		r, ok := s.Results[k.q]
-		if !ok || r.Catalog == nil || k.in(r.Catalog) {
+		if ok && r.Catalog != nil {
+			if indexes[k.q] == nil {
+				indexes[k.q] = indexServices(r.Catalog)
+			}
+			ok = !indexes[k.q].has(k)
+		}
+		if !ok {
 			delete(g.held, k) // back, or the query is no longer asked
 		}
 	}
@@ -225,11 +232,12 @@ func (g *Guard) hold(s model.Snapshot, now time.Time) {
 			nodes[prev.Nodes[i].Name] = &prev.Nodes[i]
 		}
 		services := map[string]bool{}
+		serves := g.serves(r.Catalog)
 		drained := 0
 		for _, in := range gone {
 			// A service the source still lists with instances that serve
 			// is being scaled down; one it lost whole is held as it was.
-			drain := !restarted && !g.opts.Routed(model.StatusCritical) && g.serves(r.Catalog, in.Name)
+			drain := !restarted && !g.opts.Routed(model.StatusCritical) && serves(in.Name)
 			g.held[key{q, in.Name, in.ID}] = &held{in: in, node: nodes[in.Node], until: until, drain: drain}
 			services[in.Name] = true
 			if drain {
@@ -302,9 +310,10 @@ func (g *Guard) compose(s model.Snapshot) model.Snapshot {
 		r := out.Results[q]
 		c := &model.Catalog{Datacenter: r.Catalog.Datacenter, Index: r.Catalog.Index, Nodes: slices.Clone(r.Catalog.Nodes),
 			Instances: slices.Concat(slices.Collect(r.Catalog.Services())...)} // one copy, of either kind
+		serves := g.serves(r.Catalog)
 		for _, h := range hs {
 			in := h.in
-			if h.drain && g.serves(r.Catalog, in.Name) {
+			if h.drain && serves(in.Name) {
 				in = drained(in)
 			}
 			c.Instances = append(c.Instances, in)
@@ -328,25 +337,43 @@ func (g *Guard) compose(s model.Snapshot) model.Snapshot {
 // is reports whether in is the instance k names.
 func (k key) is(in model.Instance) bool { return in.Name == k.name && in.ID == k.id }
 
-// in reports whether c has the instance k names; only its service's
-// instances are read.
-func (k key) in(c *model.Catalog) bool {
+// byService is a catalog's runs by service name, made once per catalog
+// that has held instances: a mass removal at 5,000 services holds tens of
+// thousands, each asking about its own service, and walking the catalog
+// for each took seconds.
+type byService map[string][][]model.Instance
+
+func indexServices(c *model.Catalog) byService {
+	m := byService{}
 	for s := range c.Services() {
-		if s[0].Name == k.name && slices.ContainsFunc(s, k.is) {
-			return true
-		}
+		m[s[0].Name] = append(m[s[0].Name], s)
 	}
-	return false
+	return m
 }
 
-// serves reports whether c has an instance of service that gets traffic.
-func (g *Guard) serves(c *model.Catalog, service string) bool {
-	for s := range c.Services() {
-		if s[0].Name == service {
-			return slices.ContainsFunc(s, func(in model.Instance) bool { return g.opts.Routed(in.Status) })
+// has reports whether the catalog has the instance k names.
+func (m byService) has(k key) bool {
+	return slices.ContainsFunc(m[k.name], func(s []model.Instance) bool { return slices.ContainsFunc(s, k.is) })
+}
+
+// serves returns whether c has an instance of a service that gets
+// traffic; it indexes c at its first call and remembers each answer.
+func (g *Guard) serves(c *model.Catalog) func(service string) bool {
+	var m byService
+	known := map[string]bool{}
+	return func(service string) bool {
+		if v, ok := known[service]; ok {
+			return v
 		}
+		if m == nil {
+			m = indexServices(c)
+		}
+		v := slices.ContainsFunc(m[service], func(s []model.Instance) bool {
+			return slices.ContainsFunc(s, func(in model.Instance) bool { return g.opts.Routed(in.Status) })
+		})
+		known[service] = v
+		return v
 	}
-	return false
 }
 
 // drainedCheck explains, to a template that prints checks, why a held
