@@ -17,6 +17,10 @@
 // Rendering.Missing and the function returns its zero value, as
 // consul-template does before its data arrives; the caller must not apply
 // such a rendering, fetches the missing queries and renders again.
+// A Template keeps what the last render made (fragment.go): the body of
+// a `range services` that reads only its item and `service` is executed
+// again only for the services whose item or instances changed. The output
+// is the same as a render from nothing.
 // Catalog functions without "@dc" read model.LocalCatalog, the catalog
 // merged from every source (Consul, Docker, files); with "@dc" they read
 // Query{Kind: QueryCatalog, Datacenter: dc}.

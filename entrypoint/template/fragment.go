@@ -2,6 +2,8 @@ package template
 
 import (
 	"cmp"
+	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,51 +88,58 @@ type fragmentError struct{ err error }
 func (e *fragmentError) Error() string { return e.err.Error() }
 func (e *fragmentError) Unwrap() error { return e.err }
 
+// unfragment is err with the call of a fragment it went through taken
+// out: the error of the body itself, as it would have failed in place.
+// Each execution (Render, executeTemplate) takes out its own.
+func unfragment(err error) error {
+	if fe := (*fragmentError)(nil); errors.As(err, &fe) {
+		return fe.err
+	}
+	return err
+}
+
 // cutFragments replaces the body of every range over `services` that can
 // be a fragment (see cuttable), outside of another such body.
 func (t *Template) cutFragments(tmpl *template.Template) {
 	trees := tmpl.Templates()
 	slices.SortFunc(trees, func(a, b *template.Template) int { return cmp.Compare(a.Name(), b.Name()) })
 	for _, tt := range trees {
-		if tt.Tree == nil || tt.Tree.Root == nil {
-			continue
+		if tt.Tree != nil && tt.Tree.Root != nil {
+			t.cutIn(tt.Tree, tt.Tree.Root)
 		}
-		decls := map[string]int{}
-		countDecls(tt.Tree.Root, decls)
-		t.cutIn(tt.Tree, tt.Tree.Root, decls)
 	}
 }
 
-func (t *Template) cutIn(tree *parse.Tree, l *parse.ListNode, decls map[string]int) {
+func (t *Template) cutIn(tree *parse.Tree, l *parse.ListNode) {
 	if l == nil {
 		return
 	}
 	for _, n := range l.Nodes {
 		switch n := n.(type) {
 		case *parse.IfNode:
-			t.cutIn(tree, n.List, decls)
-			t.cutIn(tree, n.ElseList, decls)
+			t.cutIn(tree, n.List)
+			t.cutIn(tree, n.ElseList)
 		case *parse.WithNode:
-			t.cutIn(tree, n.List, decls)
-			t.cutIn(tree, n.ElseList, decls)
+			t.cutIn(tree, n.List)
+			t.cutIn(tree, n.ElseList)
 		case *parse.RangeNode:
-			if funcs, ok := cuttable(n, decls); ok {
-				t.cut(tree, n, funcs)
+			if c, ok := cuttable(n); ok {
+				t.cut(tree, n, c)
 			} else {
-				t.cutIn(tree, n.List, decls)
+				t.cutIn(tree, n.List)
 			}
-			t.cutIn(tree, n.ElseList, decls)
+			t.cutIn(tree, n.ElseList)
 		}
 	}
 }
 
 // cuttable reports whether rn ranges over `services` with a body whose
 // output is a function of the item, its index and `service` answers: it
-// calls only fragmentFuncs, reads no variable declared outside it but the
-// range's own (nor `$`, the data of whoever executes the tree), writes
-// none, executes no other template and breaks out of no loop but its own.
-// decls counts the declarations of each variable name in the whole tree.
-func cuttable(rn *parse.RangeNode, decls map[string]int) ([]string, bool) {
+// calls only fragmentFuncs, reads and writes no variable but the range's
+// own and those it declares itself (not `$`, the data of whoever executes
+// the tree), executes no other template and breaks out of no loop but its
+// own.
+func cuttable(rn *parse.RangeNode) (*bodyCheck, bool) {
 	p := rn.Pipe
 	if p == nil || p.IsAssign || len(p.Cmds) != 1 || len(p.Cmds[0].Args) == 0 {
 		return nil, false
@@ -138,42 +147,27 @@ func cuttable(rn *parse.RangeNode, decls map[string]int) ([]string, bool) {
 	if id, ok := p.Cmds[0].Args[0].(*parse.IdentifierNode); !ok || id.Ident != "services" {
 		return nil, false
 	}
-	own := map[string]bool{}
-	for _, v := range p.Decl {
-		own[v.Ident[0]] = true
-	}
-	inBody := map[string]int{}
-	countDecls(rn.List, inBody)
 	c := &bodyCheck{ok: true, funcs: map[string]bool{}}
+	for _, v := range p.Decl {
+		c.scope = append(c.scope, v.Ident[0])
+	}
+	if len(p.Decl) == 2 {
+		c.index = p.Decl[0].Ident[0]
+	}
 	c.list(rn.List, 0)
-	for name := range c.vars {
-		if own[name] {
-			continue
-		}
-		if name == "$" || inBody[name] == 0 || inBody[name] != decls[name] {
-			return nil, false
-		}
-	}
-	if !c.ok {
-		return nil, false
-	}
-	return slicesSorted(c.funcs), true
+	return c, c.ok
 }
 
-func slicesSorted(set map[string]bool) []string {
-	out := make([]string, 0, len(set))
-	for k := range set {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
-
-// bodyCheck walks a candidate body.
+// bodyCheck walks a candidate body in the order text/template executes
+// it, with the variables in scope as it keeps them: a declaration is
+// pushed once its pipeline ran and popped at the end of the if, with or
+// range it is in. A variable not found in scope is the caller's.
 type bodyCheck struct {
-	ok    bool
-	funcs map[string]bool
-	vars  map[string]bool // every variable name read or assigned
+	ok        bool
+	funcs     map[string]bool // the functions the body calls
+	scope     []string        // the range's own variables, then the body's, innermost last
+	index     string          // the range's index variable, "" without one
+	readIndex bool            // the body reads it: an item's output depends on its place
 }
 
 func (c *bodyCheck) list(l *parse.ListNode, loops int) {
@@ -190,41 +184,47 @@ func (c *bodyCheck) node(n parse.Node, loops int) {
 	case *parse.ActionNode:
 		c.pipe(n.Pipe)
 	case *parse.IfNode:
-		c.pipe(n.Pipe)
-		c.list(n.List, loops)
-		c.list(n.ElseList, loops)
+		c.branch(&n.BranchNode, loops, loops)
 	case *parse.WithNode:
-		c.pipe(n.Pipe)
-		c.list(n.List, loops)
-		c.list(n.ElseList, loops)
+		c.branch(&n.BranchNode, loops, loops)
 	case *parse.RangeNode:
-		c.pipe(n.Pipe)
-		c.list(n.List, loops+1)
-		c.list(n.ElseList, loops)
+		c.branch(&n.BranchNode, loops+1, loops)
 	case *parse.BreakNode, *parse.ContinueNode:
 		if loops == 0 {
 			c.ok = false
 		}
-	case *parse.TemplateNode:
-		c.ok = false
 	case *parse.TextNode, *parse.CommentNode:
 	default:
-		c.ok = false // a node this check does not know
+		c.ok = false // another template, or a node this check does not know
 	}
+}
+
+// branch walks an if, with or range: the pipeline, then each list from
+// the scope the pipeline left, then back to the scope before it.
+func (c *bodyCheck) branch(b *parse.BranchNode, listLoops, elseLoops int) {
+	mark := len(c.scope)
+	c.pipe(b.Pipe)
+	after := len(c.scope)
+	c.list(b.List, listLoops)
+	c.scope = c.scope[:after]
+	c.list(b.ElseList, elseLoops)
+	c.scope = c.scope[:mark]
 }
 
 func (c *bodyCheck) pipe(p *parse.PipeNode) {
 	if p == nil {
 		return
 	}
-	if p.IsAssign {
-		for _, v := range p.Decl {
-			c.variable(v.Ident[0])
-		}
-	}
 	for _, cmd := range p.Cmds {
 		for _, a := range cmd.Args {
 			c.arg(a)
+		}
+	}
+	for _, v := range p.Decl {
+		if p.IsAssign {
+			c.variable(v.Ident[0])
+		} else {
+			c.scope = append(c.scope, v.Ident[0])
 		}
 	}
 }
@@ -239,75 +239,34 @@ func (c *bodyCheck) arg(n parse.Node) {
 	case *parse.VariableNode:
 		c.variable(n.Ident[0])
 	case *parse.PipeNode:
-		c.pipe(n)
+		c.pipe(n) // its declarations stay in scope, as when executed
 	case *parse.ChainNode:
 		c.arg(n.Node)
 	}
 }
 
+// variable checks a read or an assignment of name: it must be the body's
+// or the range's own.
 func (c *bodyCheck) variable(name string) {
-	if c.vars == nil {
-		c.vars = map[string]bool{}
-	}
-	c.vars[name] = true
-}
-
-// countDecls counts the declarations (not assignments) of each variable
-// name under l.
-func countDecls(l *parse.ListNode, out map[string]int) {
-	if l == nil {
-		return
-	}
-	pipe := func(p *parse.PipeNode) {
-		if p == nil || p.IsAssign {
-			return
-		}
-		for _, v := range p.Decl {
-			out[v.Ident[0]]++
-		}
-	}
-	var args func(p *parse.PipeNode)
-	args = func(p *parse.PipeNode) {
-		if p == nil {
-			return
-		}
-		pipe(p)
-		for _, cmd := range p.Cmds {
-			for _, a := range cmd.Args {
-				if sub, ok := a.(*parse.PipeNode); ok {
-					args(sub)
-				}
+	for i := len(c.scope) - 1; i >= 0; i-- {
+		if c.scope[i] == name {
+			if i == 0 && name == c.index {
+				c.readIndex = true
 			}
+			return
 		}
 	}
-	for _, n := range l.Nodes {
-		switch n := n.(type) {
-		case *parse.ActionNode:
-			args(n.Pipe)
-		case *parse.IfNode:
-			args(n.Pipe)
-			countDecls(n.List, out)
-			countDecls(n.ElseList, out)
-		case *parse.WithNode:
-			args(n.Pipe)
-			countDecls(n.List, out)
-			countDecls(n.ElseList, out)
-		case *parse.RangeNode:
-			args(n.Pipe)
-			countDecls(n.List, out)
-			countDecls(n.ElseList, out)
-		case *parse.TemplateNode:
-			args(n.Pipe)
-		}
-	}
+	c.ok = false
 }
 
 // cut makes rn's body a fragment and puts a call of it in its place:
-// {{seamlessFragment "id" . [$index]}}.
-func (t *Template) cut(tree *parse.Tree, rn *parse.RangeNode, funcs []string) {
+// {{seamlessFragment "id" . [$index]}}, the index only when the body
+// reads it (otherwise a service added first would change every item's).
+func (t *Template) cut(tree *parse.Tree, rn *parse.RangeNode, c *bodyCheck) {
 	id := strconv.Itoa(len(t.frags))
 	pos := rn.Pipe.Pos
-	ft := tree.Copy() // keeps the source text, which error positions are counted in
+	ft := new(parse.Tree)
+	*ft = *tree // the source text, which error positions are counted in
 	ft.Root = &parse.ListNode{NodeType: parse.NodeList, Pos: pos, Nodes: []parse.Node{
 		&parse.RangeNode{BranchNode: parse.BranchNode{
 			NodeType: parse.NodeRange, Pos: rn.Pos, Line: rn.Line,
@@ -323,7 +282,7 @@ func (t *Template) cut(tree *parse.Tree, rn *parse.RangeNode, funcs []string) {
 		&parse.StringNode{NodeType: parse.NodeString, Pos: pos, Quoted: strconv.Quote(id), Text: id},
 		&parse.DotNode{NodeType: parse.NodeDot, Pos: pos},
 	}
-	if len(rn.Pipe.Decl) == 2 {
+	if c.readIndex {
 		args = append(args, &parse.VariableNode{NodeType: parse.NodeVariable, Pos: pos, Ident: []string{rn.Pipe.Decl[0].Ident[0]}})
 	}
 	rn.List = &parse.ListNode{NodeType: parse.NodeList, Pos: pos, Nodes: []parse.Node{
@@ -335,7 +294,7 @@ func (t *Template) cut(tree *parse.Tree, rn *parse.RangeNode, funcs []string) {
 	if t.frags == nil {
 		t.frags = map[string]*fragment{}
 	}
-	t.frags[id] = &fragment{id: id, tree: ft, funcs: funcs}
+	t.frags[id] = &fragment{id: id, tree: ft, funcs: slices.Sorted(maps.Keys(c.funcs))}
 }
 
 // fragment renders item's output of fragment id: the output the previous

@@ -33,6 +33,8 @@ backend {{ .Name }}
 b: {{ template "backends" }}
 local in dc2: {{ range services }}{{ .Name }}={{ len (service (printf "%s@dc2" .Name)) }} {{ end }}
 dc2: {{ range services "@dc2" }}{{ .Name }}:{{ range service (printf "%s@dc2" .Name) }} {{ .Port }}{{ end }} {{ end }}`,
+	"names shadowed and reused": `{{ ($x := parseJSON "{\"k\":\"v\"}").k }}{{ range services }}[{{ $x := .Name }}{{ $x }}]{{ if true }}{{ $x := 1 }}{{ $x }}{{ end }}{{ $x }}
+{{ end }}{{ range $i, $s := services }}{{ $x := $s.Name }}{{ $x }}={{ len (service $x) }} {{ end }}{{ $x }}`,
 	"tags alone": `{{ range $s := services }}{{ $s.Name }} {{ .Tags }}
 {{ end }}`,
 	"missing key": `{{ range services }}{{ range service .Name }}{{ .ServiceMeta.weight }} {{ end }}{{ end }}`,
@@ -174,6 +176,9 @@ func TestWhatIsNotCut(t *testing.T) {
 		{"executeTemplate", `{{ define "x" }}x{{ end }}{{ range services }}{{ executeTemplate "x" }}{{ end }}`},
 		{"a break of its own loop", `{{ range services }}{{ break }}{{ end }}`},
 		{"a range over something else", `{{ range service "web" }}{{ .Name }}{{ end }}`},
+		{"an outer variable declared in a chain, read before the body's own", `{{ ($x := parseJSON "{\"k\":\"v\"}").k }}{{ range services }}[{{ $x }}]{{ if true }}{{ $x := 1 }}{{ $x }}{{ end }}{{ end }}`},
+		{"an inner declaration out of scope", `{{ $n := 0 }}{{ range services }}{{ if true }}{{ $n := 1 }}{{ end }}{{ $n }}{{ end }}`},
+		{"a break in an inner range's else", `{{ range services }}{{ range service .Name }}{{ else }}{{ break }}{{ end }}{{ end }}`},
 	} {
 		tmpl, err := parseText("n.tmpl", c.text, testOptions())
 		if err != nil {
@@ -183,12 +188,45 @@ func TestWhatIsNotCut(t *testing.T) {
 			t.Errorf("%s: cut into %d fragments; want none", c.name, len(tmpl.frags))
 		}
 	}
-	tmpl, err := parseText("y.tmpl", `{{ $x := 1 }}{{ range services }}{{ $y := 2 }}{{ $y = 3 }}{{ $y }}{{ range $k, $v := service .Name }}{{ if eq $k 1 }}{{ break }}{{ end }}{{ $v.ID }}{{ end }}{{ end }}{{ $x }}`, testOptions())
+	for _, c := range []struct {
+		name, text string
+		frags      int
+	}{
+		{"locals of its own and a break of an inner loop", `{{ $x := 1 }}{{ range services }}{{ $y := 2 }}{{ $y = 3 }}{{ $y }}{{ range $k, $v := service .Name }}{{ if eq $k 1 }}{{ break }}{{ end }}{{ $v.ID }}{{ end }}{{ end }}{{ $x }}`, 1},
+		{"the same local name in two ranges", `{{ range services }}{{ $n := .Name }}{{ $n }}{{ end }}{{ range services }}{{ $n := .Name }}{{ $n }}{{ end }}`, 2},
+		{"a local declared in parentheses", `{{ range services }}{{ ($t := .Tags).Contains "x" }}{{ $t }}{{ end }}`, 1},
+		{"a local shadowing an outer one, read after it", `{{ $n := 1 }}{{ range services }}{{ $n := 2 }}{{ $n }}{{ end }}{{ $n }}`, 1},
+	} {
+		tmpl, err := parseText("y.tmpl", c.text, testOptions())
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if len(tmpl.frags) != c.frags {
+			t.Errorf("%s: cut into %d fragments; want %d", c.name, len(tmpl.frags), c.frags)
+		}
+	}
+}
+
+// A body that does not read its index is not executed again when a
+// service added before it moves it.
+func TestAnUnreadIndexIsNoPartOfAnItem(t *testing.T) {
+	tmpl, err := parseText("i.tmpl", `{{ range $i, $s := services }}{{ $s.Name }}:{{ len (service $s.Name) }} {{ end }}`, testOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tmpl.frags) != 1 {
-		t.Errorf("a body with locals of its own and a break of an inner loop: cut into %d fragments; want 1", len(tmpl.frags))
+	web, api := []model.Instance{instanceOf("web", 1, 80)}, []model.Instance{instanceOf("api", 1, 80)}
+	if _, err := tmpl.Render(perService(web)); err != nil {
+		t.Fatal(err)
+	}
+	r, err := tmpl.Render(perService(api, web))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(r.Config) != "api:1 web:1 " {
+		t.Fatalf("rendered %q", r.Config)
+	}
+	if n := tmpl.fragmentRuns.Load(); n != 2 {
+		t.Fatalf("%d bodies executed for web then api added before it, want 2", n)
 	}
 }
 
@@ -214,5 +252,23 @@ func TestAFragmentsErrorNamesTheTemplateLine(t *testing.T) {
 	_, want := uncut.Render(st)
 	if err == nil || want == nil || err.Error() != want.Error() || !strings.Contains(err.Error(), `e.tmpl:3:`) {
 		t.Fatalf("error %v\nwant %v", err, want)
+	}
+
+	// Through executeTemplate, the message keeps the call's own context.
+	const viaExecute = `{{ define "x" }}{{ range services }}{{ index .Tags 5 }}{{ end }}{{ end }}{{ executeTemplate "x" }}`
+	opts.uncut = false
+	cut, err := parseText("x.tmpl", viaExecute, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.uncut = true
+	uncut, err = parseText("x.tmpl", viaExecute, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cut.Render(st)
+	_, want = uncut.Render(st)
+	if len(cut.frags) != 1 || err == nil || want == nil || err.Error() != want.Error() {
+		t.Fatalf("through executeTemplate (%d fragments): %v\nwant %v", len(cut.frags), err, want)
 	}
 }

@@ -209,7 +209,7 @@ func (r *render) executeTemplate(name string, data ...any) (string, error) {
 	}
 	var b bytes.Buffer
 	if err := r.tmpl.ExecuteTemplate(&b, name, dot); err != nil {
-		return "", err
+		return "", unfragment(err)
 	}
 	return b.String(), nil
 }

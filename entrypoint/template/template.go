@@ -238,9 +238,7 @@ func (t *Template) Render(st model.State) (model.Rendering, error) {
 		buf.Grow(n + n/8)
 	}
 	execErr := tmpl.Execute(&buf, nil)
-	if fe := (*fragmentError)(nil); errors.As(execErr, &fe) {
-		execErr = fe.err // as the body would have failed in place
-	}
+	execErr = unfragment(execErr)
 	out := model.Rendering{
 		Queries: sortedQueries(r.queries),
 		Missing: sortedQueries(r.missing),
