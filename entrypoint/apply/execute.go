@@ -86,9 +86,9 @@ func (a *Applier) reloadWith(ctx context.Context, at attempt) {
 	previous, prevTaken := a.running, a.taken
 	if !bytes.Equal(at.rend.Config, a.running) {
 		check := validated
-		if a.taken && movedOnly(a.running, at.rend.Config) {
+		if a.taken && serversOnly(a.running, at.rend.Config) {
 			check = vouched
-			a.log.Debug("not checked with haproxy -c: it differs from the running configuration only in server addresses", "why", at.why)
+			a.log.Debug("not checked with haproxy -c: it differs from the running configuration only in servers moved, added or removed", "why", at.why)
 		}
 		if err := a.write(ctx, at.rend.Config, at.rend.Files, check); err != nil {
 			if ctx.Err() == nil { // stopping cut the check short: no fault of the file
@@ -213,7 +213,7 @@ type checking int
 const (
 	validated checking = iota // Validate
 	unchecked                 // not at all: HAProxy's start parses it
-	vouched                   // not at all, and Vouch: only servers moved (movedOnly)
+	vouched                   // not at all, and Vouch: only servers moved, added or removed (serversOnly)
 )
 
 // write writes the files data names, then validates data as a candidate

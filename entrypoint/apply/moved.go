@@ -3,45 +3,272 @@ package apply
 import (
 	"bytes"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
-// movedOnly reports whether next differs from taken, a configuration
-// HAProxy runs, only in the address of server lines, each an IP literal
-// with a port on both sides, of the same family. The text of next then
-// says nothing to haproxy -c that taken did not: HAProxy parses such an
-// address without resolving it. So next needs no check before its
-// reload: at 1000 backends of 10 servers the check is some 250 ms of
-// CPU, most of a template's time from a moved instance to the file.
+// serversOnly reports whether next differs from taken, a configuration
+// HAProxy runs, only in server lines: moved (their address), added or
+// removed, within the sections that hold them. The text of next then says
+// nothing to haproxy -c that taken did not, so next needs no check before
+// its reload: at 1000 backends of 10 servers the check is some 250 ms of
+// CPU, most of a template's time from a changed instance to the file.
 // What the check would also have read again, files the configuration
 // names (a certificate replaced on disk since), is read by the reload,
 // whose refusal puts taken back.
 //
-// Deliberately narrow: an added or removed line, a renamed server, a
-// host name (resolved by the check), a quote or an escape before the
-// address (which could make it part of the name), a control character
-// (HAProxy splits words on \v, \f and \r too), a wildcard or multicast
-// address, or a zero port needs the check.
-func movedOnly(taken, next []byte) bool {
+// Each kind of change is held to what HAProxy already took:
+//   - a moved server keeps its name and every other word, and its address
+//     is an IP literal with a port on both sides, of the same family
+//     (HAProxy parses it without resolving it; movedServer);
+//   - an added server is named as HAProxy allows, by a name no other line
+//     of next holds, has such an address, and the rest of its line is
+//     that of a server HAProxy runs beside it, of the same family, made
+//     of keywords that need nothing unique (addedServer);
+//   - a removed server's name appears nowhere else in next: nothing
+//     tracks it or routes to it by name (removedServer).
+//
+// Deliberately narrow: any other line that changed, a renamed server, a
+// host name (resolved by the check), a quote or an escape in a changed
+// line, a control character (HAProxy splits words on \v, \f and \r too),
+// a wildcard or multicast address, a zero port, a server added to a run
+// of servers without one beside it, or more than maxServerChanges added or
+// removed at once needs the check.
+func serversOnly(taken, next []byte) bool {
 	if len(taken) == 0 {
 		return false
 	}
-	moved := false
-	for len(taken) > 0 && len(next) > 0 {
-		a, restA, endA := bytes.Cut(taken, []byte{'\n'})
-		b, restB, endB := bytes.Cut(next, []byte{'\n'})
-		if endA != endB {
+	ma, mb := changedRuns(taken, next)
+	return serverChanges(splitServers(ma), splitServers(mb), next)
+}
+
+// serverChanges is serversOnly of a and b, taken and next (or the same
+// part of each) split.
+func serverChanges(a, b servers, next []byte) bool {
+	if len(a.other) != len(b.other) {
+		return false
+	}
+	for i := range a.other {
+		if !bytes.Equal(a.other[i], b.other[i]) {
 			return false
 		}
-		if !bytes.Equal(a, b) {
-			if controls(a) || controls(b) || !movedServer(string(a), string(b)) {
+	}
+	changed, budget := false, maxServerChanges
+	for i := range a.runs {
+		ra, rb := a.runs[i], b.runs[i]
+		if slices.EqualFunc(ra, rb, bytes.Equal) {
+			continue
+		}
+		changed = true
+		if !serverRun(ra, rb, next, &budget) {
+			return false
+		}
+	}
+	return changed
+}
+
+// maxServerChanges bounds the servers added or removed without a check:
+// each is looked up in the whole configuration, and a change of many at
+// once is not what the shortcut is for.
+const maxServerChanges = 16
+
+// changedRuns returns the lines of taken and of next from the first that
+// differs to the last, widened to whole runs of server lines: what lies
+// around them is the same in both, and a change is judged within its run.
+// A change to one server of 10,000 then splits 10 lines, not 20,000.
+func changedRuns(taken, next []byte) ([]byte, []byte) {
+	p := 0
+	for p < len(taken) && p < len(next) && taken[p] == next[p] {
+		p++
+	}
+	q := 0
+	for q < len(taken)-p && q < len(next)-p && taken[len(taken)-1-q] == next[len(next)-1-q] {
+		q++
+	}
+	// Back to the start of the line p is in, and of the server lines
+	// before it; on to the end of the line the suffix starts in, and of
+	// the server lines after it.
+	start := bytes.LastIndexByte(taken[:p], '\n') + 1
+	for start > 0 {
+		prev := bytes.LastIndexByte(taken[:start-1], '\n') + 1
+		if !isServerLine(taken[prev : start-1]) {
+			break
+		}
+		start = prev
+	}
+	endA, endB := lineEnd(taken, len(taken)-q), lineEnd(next, len(next)-q)
+	for endA < len(taken) {
+		e := lineEnd(taken, endA+1)
+		if !isServerLine(taken[endA+1 : e]) {
+			break
+		}
+		endA, endB = e, endB+(e-endA)
+	}
+	return taken[start:endA], next[start:endB]
+}
+
+// lineEnd is the index of the newline ending the line i is in, or len(b).
+func lineEnd(b []byte, i int) int {
+	if e := bytes.IndexByte(b[i:], '\n'); e >= 0 {
+		return i + e
+	}
+	return len(b)
+}
+
+// servers is a configuration as its server lines and the rest: runs[i]
+// are the server lines between other[i-1] and other[i].
+type servers struct {
+	other [][]byte
+	runs  [][][]byte
+}
+
+func splitServers(cfg []byte) servers {
+	var s servers
+	var run [][]byte
+	for {
+		line, rest, found := bytes.Cut(cfg, []byte{'\n'})
+		if isServerLine(line) {
+			run = append(run, line)
+		} else {
+			s.runs = append(s.runs, run)
+			s.other = append(s.other, line)
+			run = nil
+		}
+		if !found {
+			break
+		}
+		cfg = rest
+	}
+	s.runs = append(s.runs, run)
+	return s
+}
+
+// isServerLine: the first word is "server", as HAProxy splits a line
+// without control characters.
+func isServerLine(line []byte) bool {
+	w := bytes.TrimLeft(line, " \t")
+	return len(w) > len("server") && bytes.HasPrefix(w, []byte("server")) &&
+		(w[len("server")] == ' ' || w[len("server")] == '\t') && !controls(line)
+}
+
+// serverRun checks one run of server lines from taken (a) to next (b).
+func serverRun(a, b [][]byte, next []byte, budget *int) bool {
+	byName := func(run [][]byte) (map[string]string, bool) {
+		m := make(map[string]string, len(run))
+		for _, l := range run {
+			w := words(string(l))
+			if len(w) < 2 {
+				return nil, false
+			}
+			if _, dup := m[w[1]]; dup {
+				return nil, false
+			}
+			m[w[1]] = string(l)
+		}
+		return m, true
+	}
+	ma, ok1 := byName(a)
+	mb, ok2 := byName(b)
+	if !ok1 || !ok2 {
+		return false
+	}
+	for name, lb := range mb {
+		la, ok := ma[name]
+		switch {
+		case ok && la == lb:
+		case ok:
+			if !movedServer(la, lb) {
 				return false
 			}
-			moved = true
+		default:
+			if *budget--; *budget < 0 || !addedServer(lb, a, next) {
+				return false
+			}
 		}
-		taken, next = restA, restB
 	}
-	return moved && len(taken) == 0 && len(next) == 0
+	for name := range ma {
+		if _, ok := mb[name]; !ok {
+			if *budget--; *budget < 0 || !removedServer(name, next) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// addedServer: line is a server HAProxy takes if it took the lines of its
+// run in taken.
+func addedServer(line string, taken [][]byte, next []byte) bool {
+	w := words(line)
+	if len(w) < 3 || !serverName(w[1]) || occurrences(next, w[1]) != 1 {
+		return false
+	}
+	addr, ok := plainAddr(w[2])
+	if !ok || !plainKeywords(w[3:]) {
+		return false
+	}
+	for _, l := range taken {
+		tw := words(string(l))
+		if len(tw) >= 3 && slices.Equal(tw[3:], w[3:]) {
+			if ta, ok := plainAddr(tw[2]); ok && ta.Addr().Is4() == addr.Addr().Is4() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// removedServer: nothing in next names the server (use-server, track,
+// srv_is_up...).
+func removedServer(name string, next []byte) bool {
+	return serverName(name) && occurrences(next, name) == 0
+}
+
+// serverName: only the characters HAProxy allows in a server's name.
+func serverName(s string) bool {
+	return s != "" && !strings.ContainsFunc(s, func(r rune) bool { return !nameChar(r) })
+}
+
+func nameChar(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' || r == ':'
+}
+
+// occurrences counts name in cfg as a whole word: not next to a character
+// a name may hold ("web-1" is not in "web-10", it is in "be/web-1").
+func occurrences(cfg []byte, name string) int {
+	n := 0
+	for i := 0; ; {
+		j := bytes.Index(cfg[i:], []byte(name))
+		if j < 0 {
+			return n
+		}
+		start, end := i+j, i+j+len(name)
+		if (start == 0 || !nameChar(rune(cfg[start-1]))) && (end == len(cfg) || !nameChar(rune(cfg[end]))) {
+			n++
+		}
+		i = start + 1
+	}
+}
+
+// serverKeywords are the server keywords an added line may hold, copied
+// from a line HAProxy took: none names anything unique to one server (an
+// id, a cookie) or reads a file. The value is the number of words after.
+var serverKeywords = map[string]int{
+	"check": 0, "backup": 0, "send-proxy": 0, "send-proxy-v2": 0, "check-send-proxy": 0,
+	"weight": 1, "maxconn": 1, "maxqueue": 1, "minconn": 1, "inter": 1, "fastinter": 1, "downinter": 1,
+	"rise": 1, "fall": 1, "slowstart": 1, "observe": 1, "error-limit": 1, "on-error": 1,
+	"on-marked-down": 1, "on-marked-up": 1,
+}
+
+func plainKeywords(w []string) bool {
+	for i := 0; i < len(w); i++ {
+		n, ok := serverKeywords[w[i]]
+		if !ok {
+			return false
+		}
+		i += n
+	}
+	return true
 }
 
 // movedServer: a and b are the same server line but for its address.

@@ -3,9 +3,11 @@ package apply
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -40,8 +42,12 @@ backend api
     server api-1 [fd00::1]:9000
 `
 
+// keep is a server line both sides of a case keep, so that a case adding
+// or removing one changes no other line.
+const keep = "    server web-9 10.0.0.9:8080"
+
 // movedCases: (taken, next) pairs of the lines under test, whether
-// movedOnly may skip next's check, and whether real HAProxy takes next.
+// serversOnly may skip next's check, and whether real HAProxy takes next.
 var movedCases = []struct {
 	name       string
 	taken      string
@@ -60,7 +66,21 @@ var movedCases = []struct {
 	{"a zero port with a check", "    server web-3 10.0.0.3:8080 check", "    server web-3 10.0.0.3:0 check", false, false, false},
 	{"a wildcard address", "    server web-3 10.0.0.3:8080", "    server web-3 0.0.0.0:8080", false, true, false},
 	{"a keyword changes", "    server web-3 10.0.0.3:8080", "    server web-3 10.0.0.3:8081 weight 300", false, false, false},
-	{"a line is added", "", "    server web-3 10.0.0.3:8080", false, true, false},
+	{"a server is added like one beside it", keep, keep + "\n    server web-3 10.0.0.3:8080", true, true, false},
+	{"a server with checks is added like one beside it", keep, keep + "\n    server web-3 10.0.0.3:8080 check inter 2s", true, true, false},
+	{"an added server's keywords are no neighbour's", keep, keep + "\n    server web-3 10.0.0.3:8080 check", false, true, false},
+	{"an added server of another family", keep, keep + "\n    server web-3 [fd00::3]:8080", false, true, false},
+	{"an added server named as one beside it", keep, keep + "\n    server web-2 10.0.0.3:8080", false, false, false},
+	{"an added server named as another backend's", keep, keep + "\n    server api-1 10.0.0.3:8080", false, true, false},
+	{"an added name HAProxy refuses", keep, keep + "\n    server web/3 10.0.0.3:8080", false, false, false},
+	{"an added host name", keep, keep + "\n    server web-3 localhost:8080", false, true, false},
+	{"an added server with an id of its own", "    server web-3 10.0.0.3:8080 id 7", "    server web-3 10.0.0.3:8080 id 7\n    server web-4 10.0.0.4:8080 id 7", false, false, false},
+	{"a server is removed", "    server web-3 10.0.0.3:8080", keep, true, true, false},
+	{"a server is added and another removed", "    server web-3 10.0.0.3:8080", "    server web-4 10.0.0.4:8080", true, true, false},
+	{"a removed server is tracked", "    server web-3 10.0.0.3:8080 check\n    server web-4 10.0.0.4:8080 track web/web-3", "    server web-4 10.0.0.4:8080 track web/web-3", false, false, false},
+	{"a removed server is named in a rule", "    server web-3 10.0.0.3:8080\n    use-server web-3 if { path /three }", "    use-server web-3 if { path /three }", false, false, false},
+	{"many servers added at once", keep, keep + "\n" + manyServers(maxServerChanges + 1), false, true, false},
+	{"as many as may be", keep, keep + "\n" + manyServers(maxServerChanges), true, true, false},
 	{"a quote before the address", `    server "web-3" 10.0.0.3:8080`, `    server "web-3" 10.0.0.4:8080`, false, true, false},
 	{"a comment before the address", "    server web-3#10.0.0.3:8080 10.0.0.4:80", "    server web-3#10.0.0.5:8080 10.0.0.4:80", false, false, true},
 	// HAProxy does not split words on a no-break space: here the name
@@ -73,26 +93,35 @@ var movedCases = []struct {
 	{"a bind moves", "    server web-3 10.0.0.3:8080\nfrontend f\n    bind 127.0.0.1:18080", "    server web-3 10.0.0.3:8080\nfrontend f\n    bind 127.0.0.1:18081", false, true, false},
 }
 
-func TestMovedOnlySkipsTheCheckOnlyForMovedAddresses(t *testing.T) {
+// manyServers is n server lines web-10… like web-2 of movedBase.
+func manyServers(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "    server web-%d 10.0.1.%d:8080\n", 10+i, 10+i)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+func TestServersOnlySkipsTheCheckOnlyForServerChanges(t *testing.T) {
 	for _, c := range movedCases {
 		taken := fmt.Sprintf(movedBase, c.taken)
 		next := fmt.Sprintf(movedBase, c.next)
-		if got := movedOnly([]byte(taken), []byte(next)); got != c.moved {
-			t.Errorf("%s: movedOnly = %v, want %v", c.name, got, c.moved)
+		if got := serversOnly([]byte(taken), []byte(next)); got != c.moved {
+			t.Errorf("%s: serversOnly = %v, want %v", c.name, got, c.moved)
 		}
 	}
-	if movedOnly(nil, []byte("server a 10.0.0.1:80\n")) {
-		t.Error("nothing taken: movedOnly must not skip the check")
+	if serversOnly(nil, []byte("server a 10.0.0.1:80\n")) {
+		t.Error("nothing taken: serversOnly must not skip the check")
 	}
-	if movedOnly([]byte("server a 10.0.0.1:80\n"), []byte("server a 10.0.0.2:80")) {
-		t.Error("a last newline dropped: movedOnly must not skip the check")
+	if serversOnly([]byte("server a 10.0.0.1:80\n"), []byte("server a 10.0.0.2:80")) {
+		t.Error("a last newline dropped: serversOnly must not skip the check")
 	}
 }
 
-// Real HAProxy agrees: every next that movedOnly lets through passes
+// Real HAProxy agrees: every next that serversOnly lets through passes
 // haproxy -c as its taken configuration does, and the cases above that
 // HAProxy refuses are among those it does not let through.
-func TestHAProxyTakesWhatMovedOnlyLetsThrough(t *testing.T) {
+func TestHAProxyTakesWhatServersOnlyLetsThrough(t *testing.T) {
 	bin := testenv.HAProxy(t)
 	dir := t.TempDir()
 	check := func(name, cfg string) error {
@@ -120,7 +149,7 @@ func TestHAProxyTakesWhatMovedOnlyLetsThrough(t *testing.T) {
 			t.Errorf("%s: haproxy -c of next: %v, want ok=%v", c.name, err, c.haproxyOK)
 		}
 		if c.moved && err != nil {
-			t.Errorf("%s: movedOnly skips a check HAProxy fails: %v", c.name, err)
+			t.Errorf("%s: serversOnly skips a check HAProxy fails: %v", c.name, err)
 		}
 	}
 }
@@ -152,7 +181,19 @@ func sendPorts(f *fakeSource, ports ...int) {
 	f.ch <- model.Snapshot{Source: f.name, Results: map[model.Query]model.Result{model.LocalCatalog: {Catalog: c}}}
 }
 
-func TestAMovedInstanceIsReloadedWithoutACheck(t *testing.T) {
+// portsFile is what portLines renders for instances web-i at ports[i].
+func portsFile(ports ...int) string {
+	var b strings.Builder
+	for i, p := range ports {
+		fmt.Fprintf(&b, "server web-%d 10.0.0.1:%d\n", i, p)
+	}
+	return b.String()
+}
+
+// A moved, added or removed server is reloaded without haproxy -c, and
+// vouched for; many added at once are checked; after a refused reload the
+// restored file is what the next change is compared with.
+func TestAServerChangeIsReloadedWithoutACheck(t *testing.T) {
 	src := newSource("consul")
 	r := newRig(t, t.TempDir(), portLines{}, src)
 	var vouched []string // candidates vouched for, under r.mu
@@ -186,21 +227,30 @@ func TestAMovedInstanceIsReloadedWithoutACheck(t *testing.T) {
 			t.Errorf("ports %v: vouched for %v, want %d candidates", ports, vouched, vouches)
 		}
 	}
-	step(1, 1, 1, "server web-0 10.0.0.1:8080\nserver web-1 10.0.0.1:9000\n", 8080, 9000)
+	step(1, 1, 1, portsFile(8080, 9000), 8080, 9000) // moved
 	if !r.logged("not checked with haproxy -c") {
 		t.Error("the skipped check is not logged")
 	}
-	step(2, 2, 1, "server web-0 10.0.0.1:8080\nserver web-1 10.0.0.1:9000\nserver web-2 10.0.0.1:9001\n", 8080, 9000, 9001)
+	step(2, 1, 2, portsFile(8080, 9000, 9001), 8080, 9000, 9001) // added
+	step(3, 1, 3, portsFile(8080, 9000), 8080, 9000)             // removed
+	many := make([]int, 2+maxServerChanges+1)
+	for i := range many {
+		many[i] = 9000 + 10*i // room to move without changing the order
+	}
+	step(4, 2, 3, portsFile(many...), many...) // too many added at once: checked
 	// A reload HAProxy refuses puts the file back; what runs is still
 	// taken, so the next move is not checked either.
 	r.mu.Lock()
 	r.reloadOK = false
 	r.mu.Unlock()
-	step(3, 2, 2, "server web-0 10.0.0.1:8080\nserver web-1 10.0.0.1:9000\nserver web-2 10.0.0.1:9001\n", 8080, 8500, 9001)
+	moved := slices.Clone(many)
+	moved[1] = 9015
+	step(5, 2, 4, portsFile(many...), moved...)
 	r.mu.Lock()
 	r.reloadOK = true
 	r.mu.Unlock()
-	step(4, 2, 3, "server web-0 10.0.0.1:8080\nserver web-1 10.0.0.1:8600\nserver web-2 10.0.0.1:9001\n", 8080, 8600, 9001)
+	moved[1] = 9016
+	step(6, 2, 5, portsFile(moved...), moved...)
 }
 
 // After a refused reload whose file could not be put back, the file holds
@@ -246,4 +296,77 @@ func TestUnchangedBytesHAProxyRefusedAreNotTaken(t *testing.T) {
 	if got := r.checkCount(); got != checks+1 {
 		t.Errorf("a move from bytes HAProxy refused: %d checks, want 1", got-checks)
 	}
+}
+
+// The comparison at every change of a template at 1000 backends of 10.
+func BenchmarkServersOnlyAt1000x10(b *testing.B) {
+	var taken strings.Builder
+	for s := range 1000 {
+		fmt.Fprintf(&taken, "backend svc%04d\n    balance roundrobin\n", s)
+		for i := range 10 {
+			fmt.Fprintf(&taken, "    server svc%04d-%d 10.0.%d.%d:8080 check\n", s, i, s%250, i+1)
+		}
+	}
+	t := []byte(taken.String())
+	moved := []byte(strings.Replace(taken.String(), "server svc0500-3 10.0.0.4:8080", "server svc0500-3 10.0.0.4:8081", 1))
+	added := []byte(strings.Replace(taken.String(), "    server svc0500-3 10.0.0.4:8080 check\n", "    server svc0500-3 10.0.0.4:8080 check\n    server svc0500-a 10.0.0.99:8080 check\n", 1))
+	for name, next := range map[string][]byte{"moved": moved, "added": added} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if !serversOnly(t, next) {
+					b.Fatal("not servers only")
+				}
+			}
+		})
+	}
+}
+
+// Judging the lines that changed, widened to their runs of servers, gives
+// what judging the whole files gives, whatever the edit.
+func FuzzChangedRunsJudgeAsTheWholeFiles(f *testing.F) {
+	for i := range uint64(1000) {
+		f.Add(i, i*7+3)
+	}
+	f.Fuzz(func(t *testing.T, seed, seed2 uint64) {
+		rng := rand.New(rand.NewPCG(seed, seed2))
+		var lines []string
+		for s := range 3 {
+			lines = append(lines, fmt.Sprintf("backend b%d", s), "    balance roundrobin")
+			for i := range 1 + rng.IntN(3) {
+				lines = append(lines, fmt.Sprintf("    server s%d-%d 10.0.%d.%d:80 check", s, i, s, i))
+			}
+		}
+		taken := strings.Join(lines, "\n") + "\n"
+		edits := []func(){
+			func() { // move
+				i := rng.IntN(len(lines))
+				lines[i] = strings.Replace(lines[i], ":80", fmt.Sprintf(":%d", 81+rng.IntN(3)), 1)
+			},
+			func() { // add a server line
+				i := rng.IntN(len(lines) + 1)
+				l := fmt.Sprintf("    server n%d 10.9.0.%d:80 check", rng.IntN(3), rng.IntN(3))
+				lines = append(lines[:i], append([]string{l}, lines[i:]...)...)
+			},
+			func() { // remove a line
+				i := rng.IntN(len(lines))
+				lines = append(lines[:i], lines[i+1:]...)
+			},
+			func() { // change another line
+				lines[rng.IntN(len(lines))] = "    balance leastconn"
+			},
+		}
+		for range 1 + rng.IntN(3) {
+			edits[rng.IntN(len(edits))]()
+		}
+		next := strings.Join(lines, "\n")
+		if rng.IntN(4) > 0 {
+			next += "\n"
+		}
+		got := serversOnly([]byte(taken), []byte(next))
+		want := serverChanges(splitServers([]byte(taken)), splitServers([]byte(next)), []byte(next))
+		if got != want {
+			t.Fatalf("serversOnly = %v, the whole files %v:\n%s\n--\n%s", got, want, taken, next)
+		}
+	})
 }
