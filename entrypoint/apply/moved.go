@@ -32,19 +32,20 @@ import (
 // host name (resolved by the check), a quote or an escape in a changed
 // line, a control character (HAProxy splits words on \v, \f and \r too),
 // a wildcard or multicast address, a zero port, a server added to a run
-// of servers without one beside it, or more than maxServerChanges added or
-// removed at once needs the check.
+// of servers without one beside it or outside a backend or listen
+// section, or more than maxServerChanges added or removed at once needs
+// the check.
 func serversOnly(taken, next []byte) bool {
 	if len(taken) == 0 {
 		return false
 	}
-	ma, mb := changedRuns(taken, next)
-	return serverChanges(splitServers(ma), splitServers(mb), next)
+	ma, mb, start := changedRuns(taken, next)
+	return serverChanges(splitServers(ma), splitServers(mb), sectionAt(taken, start), next)
 }
 
 // serverChanges is serversOnly of a and b, taken and next (or the same
-// part of each) split.
-func serverChanges(a, b servers, next []byte) bool {
+// part of each) split, the first run in section.
+func serverChanges(a, b servers, section string, next []byte) bool {
 	if len(a.other) != len(b.other) {
 		return false
 	}
@@ -55,16 +56,51 @@ func serverChanges(a, b servers, next []byte) bool {
 	}
 	changed, budget := false, maxServerChanges
 	for i := range a.runs {
+		if i > 0 {
+			if s, ok := sectionOf(a.other[i-1]); ok {
+				section = s
+			}
+		}
 		ra, rb := a.runs[i], b.runs[i]
 		if slices.EqualFunc(ra, rb, bytes.Equal) {
 			continue
 		}
 		changed = true
-		if !serverRun(ra, rb, next, &budget) {
+		if !serverRun(ra, rb, section == "backend" || section == "listen", next, &budget) {
 			return false
 		}
 	}
 	return changed
+}
+
+// sectionKeywords open a section of a configuration.
+var sectionKeywords = map[string]bool{
+	"global": true, "defaults": true, "frontend": true, "listen": true, "backend": true, "peers": true,
+	"log-forward": true, "resolvers": true, "userlist": true, "program": true, "mailers": true,
+	"http-errors": true, "ring": true, "cache": true, "crt-store": true, "traces": true, "acme": true,
+	"dynamic-update": true,
+}
+
+// sectionOf is the section line opens, if it opens one.
+func sectionOf(line []byte) (string, bool) {
+	w := words(string(line))
+	if len(w) == 0 || !sectionKeywords[w[0]] {
+		return "", false
+	}
+	return w[0], true
+}
+
+// sectionAt is the section cfg's line at offset i is in: "" before any.
+// Server lines mean one thing in a backend, others in peers or a ring.
+func sectionAt(cfg []byte, i int) string {
+	for i > 0 {
+		j := bytes.LastIndexByte(cfg[:i-1], '\n') + 1
+		if s, ok := sectionOf(cfg[j : i-1]); ok {
+			return s
+		}
+		i = j
+	}
+	return ""
 }
 
 // maxServerChanges bounds the servers added or removed without a check:
@@ -76,7 +112,8 @@ const maxServerChanges = 16
 // differs to the last, widened to whole runs of server lines: what lies
 // around them is the same in both, and a change is judged within its run.
 // A change to one server of 10,000 then splits 10 lines, not 20,000.
-func changedRuns(taken, next []byte) ([]byte, []byte) {
+// start is where they begin in taken.
+func changedRuns(taken, next []byte) (a, b []byte, start int) {
 	p := 0
 	for p < len(taken) && p < len(next) && taken[p] == next[p] {
 		p++
@@ -88,7 +125,7 @@ func changedRuns(taken, next []byte) ([]byte, []byte) {
 	// Back to the start of the line p is in, and of the server lines
 	// before it; on to the end of the line the suffix starts in, and of
 	// the server lines after it.
-	start := bytes.LastIndexByte(taken[:p], '\n') + 1
+	start = bytes.LastIndexByte(taken[:p], '\n') + 1
 	for start > 0 {
 		prev := bytes.LastIndexByte(taken[:start-1], '\n') + 1
 		if !isServerLine(taken[prev : start-1]) {
@@ -104,7 +141,7 @@ func changedRuns(taken, next []byte) ([]byte, []byte) {
 		}
 		endA, endB = e, endB+(e-endA)
 	}
-	return taken[start:endA], next[start:endB]
+	return taken[start:endA], next[start:endB], start
 }
 
 // lineEnd is the index of the newline ending the line i is in, or len(b).
@@ -151,8 +188,9 @@ func isServerLine(line []byte) bool {
 		(w[len("server")] == ' ' || w[len("server")] == '\t') && !controls(line)
 }
 
-// serverRun checks one run of server lines from taken (a) to next (b).
-func serverRun(a, b [][]byte, next []byte, budget *int) bool {
+// serverRun checks one run of server lines from taken (a) to next (b);
+// servers may be added or removed only in a backend or listen section.
+func serverRun(a, b [][]byte, proxy bool, next []byte, budget *int) bool {
 	byName := func(run [][]byte) (map[string]string, bool) {
 		m := make(map[string]string, len(run))
 		for _, l := range run {
@@ -181,14 +219,14 @@ func serverRun(a, b [][]byte, next []byte, budget *int) bool {
 				return false
 			}
 		default:
-			if *budget--; *budget < 0 || !addedServer(lb, a, next) {
+			if *budget--; !proxy || *budget < 0 || !addedServer(lb, a, next) {
 				return false
 			}
 		}
 	}
 	for name := range ma {
 		if _, ok := mb[name]; !ok {
-			if *budget--; *budget < 0 || !removedServer(name, next) {
+			if *budget--; !proxy || *budget < 0 || !removedServer(name, next) {
 				return false
 			}
 		}

@@ -79,7 +79,7 @@ var movedCases = []struct {
 	{"a server is added and another removed", "    server web-3 10.0.0.3:8080", "    server web-4 10.0.0.4:8080", true, true, false},
 	{"a removed server is tracked", "    server web-3 10.0.0.3:8080 check\n    server web-4 10.0.0.4:8080 track web/web-3", "    server web-4 10.0.0.4:8080 track web/web-3", false, false, false},
 	{"a removed server is named in a rule", "    server web-3 10.0.0.3:8080\n    use-server web-3 if { path /three }", "    use-server web-3 if { path /three }", false, false, false},
-	{"many servers added at once", keep, keep + "\n" + manyServers(maxServerChanges + 1), false, true, false},
+	{"many servers added at once", keep, keep + "\n" + manyServers(maxServerChanges+1), false, true, false},
 	{"as many as may be", keep, keep + "\n" + manyServers(maxServerChanges), true, true, false},
 	{"a quote before the address", `    server "web-3" 10.0.0.3:8080`, `    server "web-3" 10.0.0.4:8080`, false, true, false},
 	{"a comment before the address", "    server web-3#10.0.0.3:8080 10.0.0.4:80", "    server web-3#10.0.0.5:8080 10.0.0.4:80", false, false, true},
@@ -100,6 +100,31 @@ func manyServers(n int) string {
 		fmt.Fprintf(&b, "    server web-%d 10.0.1.%d:8080\n", 10+i, 10+i)
 	}
 	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// Server lines mean other things outside a backend or listen section
+// (peers, rings): there a server may move, not come or go.
+func TestServersComeAndGoOnlyInAProxy(t *testing.T) {
+	for _, c := range []struct {
+		section string
+		want    bool
+	}{{"backend", true}, {"listen", true}, {"peers", false}, {"ring", false}} {
+		base := "global\n    maxconn 10\n" + c.section + " x\n    server a 10.0.0.1:1024\n    server b 10.0.0.2:1024\n%s\ndefaults\n    mode http\n"
+		taken := fmt.Sprintf(base, "    server c 10.0.0.3:1024")
+		for _, next := range []string{
+			fmt.Sprintf(base, "    server c 10.0.0.3:1024\n    server d 10.0.0.4:1024"),
+			fmt.Sprintf(base, "    server d 10.0.0.4:1024"),
+			strings.Replace(taken, "server b 10.0.0.2:1024\n", "", 1),
+		} {
+			if got := serversOnly([]byte(taken), []byte(next)); got != c.want {
+				t.Errorf("%s: serversOnly = %v, want %v:\n%s", c.section, got, c.want, next)
+			}
+		}
+		moved := strings.Replace(taken, "10.0.0.2:1024", "10.0.0.9:1024", 1)
+		if !serversOnly([]byte(taken), []byte(moved)) {
+			t.Errorf("%s: a moved server needs the check", c.section)
+		}
+	}
 }
 
 func TestServersOnlySkipsTheCheckOnlyForServerChanges(t *testing.T) {
@@ -163,7 +188,8 @@ func (portLines) Render(st model.State) (model.Rendering, error) {
 		r.Missing = append(r.Missing, model.LocalCatalog)
 		return r, nil
 	}
-	var b strings.Builder
+	b := strings.Builder{}
+	b.WriteString("backend web\n")
 	for _, in := range st.Local().Instances {
 		fmt.Fprintf(&b, "server %s %s:%d\n", in.ID, in.Address, in.Port)
 	}
@@ -183,7 +209,8 @@ func sendPorts(f *fakeSource, ports ...int) {
 
 // portsFile is what portLines renders for instances web-i at ports[i].
 func portsFile(ports ...int) string {
-	var b strings.Builder
+	b := strings.Builder{}
+	b.WriteString("backend web\n")
 	for i, p := range ports {
 		fmt.Fprintf(&b, "server web-%d 10.0.0.1:%d\n", i, p)
 	}
@@ -364,7 +391,7 @@ func FuzzChangedRunsJudgeAsTheWholeFiles(f *testing.F) {
 			next += "\n"
 		}
 		got := serversOnly([]byte(taken), []byte(next))
-		want := serverChanges(splitServers([]byte(taken)), splitServers([]byte(next)), []byte(next))
+		want := serverChanges(splitServers([]byte(taken)), splitServers([]byte(next)), "", []byte(next))
 		if got != want {
 			t.Fatalf("serversOnly = %v, the whole files %v:\n%s\n--\n%s", got, want, taken, next)
 		}
