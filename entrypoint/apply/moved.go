@@ -28,6 +28,10 @@ import (
 //   - a removed server's name appears nowhere else in next: nothing
 //     tracks it or routes to it by name (removedServer).
 //
+// Names are counted as HAProxy spells them: quotes taken out. A file
+// where an escape, a variable in double quotes or a server-template could
+// spell one otherwise has servers added or removed checked.
+//
 // Deliberately narrow: any other line that changed, a renamed server, a
 // host name (resolved by the check), a quote or an escape in a changed
 // line, a control character (HAProxy splits words on \v, \f and \r too),
@@ -54,7 +58,7 @@ func serverChanges(a, b servers, section string, next []byte) bool {
 			return false
 		}
 	}
-	changed, budget := false, maxServerChanges
+	changed, budget, names := false, maxServerChanges, &mentions{next: next}
 	for i := range a.runs {
 		if i > 0 {
 			if s, ok := sectionOf(a.other[i-1]); ok {
@@ -66,7 +70,7 @@ func serverChanges(a, b servers, section string, next []byte) bool {
 			continue
 		}
 		changed = true
-		if !serverRun(ra, rb, section == "backend" || section == "listen", next, &budget) {
+		if !serverRun(ra, rb, section == "backend" || section == "listen", names, &budget) {
 			return false
 		}
 	}
@@ -190,7 +194,7 @@ func isServerLine(line []byte) bool {
 
 // serverRun checks one run of server lines from taken (a) to next (b);
 // servers may be added or removed only in a backend or listen section.
-func serverRun(a, b [][]byte, proxy bool, next []byte, budget *int) bool {
+func serverRun(a, b [][]byte, proxy bool, names *mentions, budget *int) bool {
 	byName := func(run [][]byte) (map[string]string, bool) {
 		m := make(map[string]string, len(run))
 		for _, l := range run {
@@ -219,14 +223,14 @@ func serverRun(a, b [][]byte, proxy bool, next []byte, budget *int) bool {
 				return false
 			}
 		default:
-			if *budget--; !proxy || *budget < 0 || !addedServer(lb, a, next) {
+			if *budget--; !proxy || *budget < 0 || !addedServer(lb, a, names) {
 				return false
 			}
 		}
 	}
 	for name := range ma {
 		if _, ok := mb[name]; !ok {
-			if *budget--; !proxy || *budget < 0 || !removedServer(name, next) {
+			if *budget--; !proxy || *budget < 0 || !removedServer(name, names) {
 				return false
 			}
 		}
@@ -236,9 +240,12 @@ func serverRun(a, b [][]byte, proxy bool, next []byte, budget *int) bool {
 
 // addedServer: line is a server HAProxy takes if it took the lines of its
 // run in taken.
-func addedServer(line string, taken [][]byte, next []byte) bool {
+func addedServer(line string, taken [][]byte, names *mentions) bool {
 	w := words(line)
-	if len(w) < 3 || !serverName(w[1]) || occurrences(next, w[1]) != 1 {
+	if len(w) < 3 || !serverName(w[1]) {
+		return false
+	}
+	if n, ok := names.count(w[1]); !ok || n != 1 {
 		return false
 	}
 	addr, ok := plainAddr(w[2])
@@ -258,8 +265,58 @@ func addedServer(line string, taken [][]byte, next []byte) bool {
 
 // removedServer: nothing in next names the server (use-server, track,
 // srv_is_up...).
-func removedServer(name string, next []byte) bool {
-	return serverName(name) && occurrences(next, name) == 0
+func removedServer(name string, names *mentions) bool {
+	n, ok := names.count(name)
+	return serverName(name) && ok && n == 0
+}
+
+// mentions counts server names in next as HAProxy spells them.
+type mentions struct {
+	next []byte
+	done bool
+	text []byte // next as names read in it, once done; nil: unknown
+}
+
+func (m *mentions) count(name string) (n int, ok bool) {
+	if !m.done {
+		m.text, m.done = spelt(m.next), true
+	}
+	if m.text == nil {
+		return 0, false
+	}
+	return occurrences(m.text, name), true
+}
+
+// spelt is cfg with its quotes taken out, as HAProxy joins the parts of
+// a word (web"2" is web2), or nil when a name could be spelt in a way
+// the text does not show: an escape (web\x32), a variable in double
+// quotes ("${N}"), or a server-template, which names servers itself.
+func spelt(cfg []byte) []byte {
+	if bytes.IndexByte(cfg, '\\') >= 0 || bytes.Contains(cfg, []byte("server-template")) {
+		return nil
+	}
+	for i := 0; ; {
+		j := bytes.IndexByte(cfg[i:], '$')
+		if j < 0 {
+			break
+		}
+		i += j
+		start := bytes.LastIndexByte(cfg[:i], '\n') + 1
+		if bytes.IndexByte(cfg[start:lineEnd(cfg, i)], '"') >= 0 {
+			return nil
+		}
+		i++
+	}
+	if bytes.IndexAny(cfg, `"'`) < 0 {
+		return cfg
+	}
+	out := make([]byte, 0, len(cfg))
+	for _, c := range cfg {
+		if c != '"' && c != '\'' {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // serverName: only the characters HAProxy allows in a server's name.
