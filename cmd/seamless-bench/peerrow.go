@@ -43,9 +43,12 @@ func planChanges(l layout, n int, seed uint64, ports []int, names []string) []pe
 
 // maxConnsPerClient is the agent's http_max_conns_per_client for a row:
 // every tool may hold a connection per service (consul-template does,
-// S+1), all from 127.0.0.1 through the proxies; Consul's default is 200.
+// S+1), all from 127.0.0.1 through the proxies, and as many again idle
+// in the proxies' pools between a blocking query's answer and the next
+// (five tools together at 1000x10 met the limit without them, and the
+// agent answered 429); Consul's default is 200.
 func maxConnsPerClient(l layout, tools int) int {
-	return max(200, tools*(l.services+16)+100)
+	return max(200, 2*tools*(l.services+16)+100)
 }
 
 // peerCatalog is a row's Consul with its catalog, the backends the
