@@ -50,6 +50,7 @@ type peerOptions struct {
 	sizes                                     []peerSize
 	nodes                                     int
 	changes                                   int
+	add                                       bool // each change registers a new instance instead of moving one
 	interval                                  time.Duration
 	wait                                      config.Wait // every tool's quiescence; zero: each change at once
 	seed                                      uint64
@@ -174,6 +175,17 @@ func parsePeerFlags(args []string, stderr io.Writer) (peerOptions, error) {
 	fs.StringVar(&sizes, "sizes", "100x10,1000x10", "catalogs, SERVICESxINSTANCES, comma-separated (a fresh Consul per row)")
 	fs.IntVar(&o.nodes, "nodes", 100, "Consul nodes the instances are spread over")
 	fs.IntVar(&o.changes, "changes", 40, "single-instance changes per row")
+	fs.Func("change", "what each change does: `move` an instance to a new port (default), or add a new instance of the service at one", func(v string) error {
+		switch v {
+		case "move":
+			o.add = false
+		case "add":
+			o.add = true
+		default:
+			return fmt.Errorf("%q: want move or add", v)
+		}
+		return nil
+	})
 	fs.DurationVar(&o.interval, "interval", 1500*time.Millisecond, "time between changes (a fixed schedule)")
 	fs.Func("wait", "`min:max` quiescence of every tool, consul-template's -wait and seamless's SEAMLESS_WAIT (default 0: each change at once)", o.wait.Decode)
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the sequence of changed instances")

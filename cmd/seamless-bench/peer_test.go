@@ -407,3 +407,23 @@ func TestShellQuoteIsOneWord(t *testing.T) {
 		}
 	}
 }
+
+// -change add makes each change a new instance, and the table says so.
+func TestPeerChangeAddRegistersNewInstances(t *testing.T) {
+	args := []string{"-tools", "ct", "-consul-template", "/bin/true", "-haproxy", "/bin/true"}
+	o, err := parsePeerFlags(append(args, "-change", "add"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.add {
+		t.Error("-change add: changes still move instances")
+	}
+	if _, err := parsePeerFlags(append(args, "-change", "remove"), io.Discard); err == nil {
+		t.Error("-change remove was taken")
+	}
+	var b strings.Builder
+	printPeerTable(&b, o, nil)
+	if !strings.Contains(b.String(), "each a new instance of one service registered at a new port") {
+		t.Errorf("the table does not say what a change is:\n%s", b.String())
+	}
+}

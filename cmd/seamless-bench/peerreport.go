@@ -85,10 +85,14 @@ func printPeerTable(w io.Writer, o peerOptions, results []peerResult) {
 	for _, r := range results {
 		maxConns = max(maxConns, r.maxConns)
 	}
-	fmt.Fprintf(w, "%d changes %v apart on a fixed schedule (seed %d), each one instance of one service moved to a new port; every tool with wait %s. "+
+	what := "each one instance of one service moved to a new port"
+	if o.add {
+		what = "each a new instance of one service registered at a new port"
+	}
+	fmt.Fprintf(w, "%d changes %v apart on a fixed schedule (seed %d), %s; every tool with wait %s. "+
 		"One Consul %s server per row on 127.0.0.1, its http_max_conns_per_client raised to %d (default 200): consul-template holds a blocking query, "+
 		"and so a connection, per service plus one for the service list (S+1). File descriptor limit of every process: %d.\n",
-		o.changes, o.interval, o.seed, waitLabel(o.wait), "1.14.11", maxConns, o.nofileInForce)
+		o.changes, o.interval, o.seed, what, waitLabel(o.wait), "1.14.11", maxConns, o.nofileInForce)
 	fmt.Fprintln(w, "(×N): seamless's value over consul-template's in the same catalog and mode. "+
 		"change → file: from the Consul write returning to the first read of the rendered file that holds the new address "+
 		"(consul-template's destination; seamless's haproxy.cfg); the file is read on every inotify event for it, a stat every 100ms backs that up. "+

@@ -314,7 +314,7 @@ func writeChanges(ctx context.Context, log *slog.Logger, o peerOptions, cat *pee
 				t.probing.Go(func() { t.probeServed(ctx, k, l.host(c.svc), c.name, o.every, deadline) })
 			}
 		}
-		if err := moveInstance(ctx, cat.client, l, c); err != nil {
+		if err := moveInstance(ctx, cat.client, l, c, o.add); err != nil {
 			return written, fmt.Errorf("change %d: consul write: %w", k+1, err)
 		}
 		written = append(written, time.Now())
@@ -379,10 +379,16 @@ func finishPeerResult(ctx context.Context, log *slog.Logger, r *peerResult, t *t
 }
 
 // moveInstance re-registers the instance of c at its new port, in one
-// catalog write; its check stays as it was.
-func moveInstance(ctx context.Context, c *api.Client, l layout, ch peerChange) error {
+// catalog write; its check stays as it was. With add, it registers a new
+// instance of the service on the same node at that port instead (no
+// check: passing).
+func moveInstance(ctx context.Context, c *api.Client, l layout, ch peerChange, add bool) error {
+	id := l.id(ch.svc, ch.inst)
+	if add {
+		id += "-added"
+	}
 	op := &api.TxnOp{Service: &api.ServiceTxnOp{Verb: api.ServiceSet, Node: l.node(ch.svc, ch.inst),
-		Service: api.AgentService{ID: l.id(ch.svc, ch.inst), Service: l.service(ch.svc), Address: "127.0.0.1",
+		Service: api.AgentService{ID: id, Service: l.service(ch.svc), Address: "127.0.0.1",
 			Port: ch.port, Tags: []string{l.hostTag(ch.svc)}}}}
 	ok, resp, _, err := c.Txn().Txn(api.TxnOps{op}, (&api.QueryOptions{}).WithContext(ctx))
 	if err == nil && !ok {
