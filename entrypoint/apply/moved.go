@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/seamless-lb/seamless/entrypoint/haproxy"
 )
 
 // serversOnly reports whether next differs from taken, a configuration
@@ -77,18 +79,10 @@ func serverChanges(a, b servers, section string, next []byte) bool {
 	return changed
 }
 
-// sectionKeywords open a section of a configuration.
-var sectionKeywords = map[string]bool{
-	"global": true, "defaults": true, "frontend": true, "listen": true, "backend": true, "peers": true,
-	"log-forward": true, "resolvers": true, "userlist": true, "program": true, "mailers": true,
-	"http-errors": true, "ring": true, "cache": true, "crt-store": true, "traces": true, "acme": true,
-	"dynamic-update": true,
-}
-
 // sectionOf is the section line opens, if it opens one.
 func sectionOf(line []byte) (string, bool) {
 	w := words(string(line))
-	if len(w) == 0 || !sectionKeywords[w[0]] {
+	if len(w) == 0 || !haproxy.Section(w[0]) {
 		return "", false
 	}
 	return w[0], true

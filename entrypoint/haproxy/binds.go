@@ -38,6 +38,9 @@ var sections = map[string]bool{
 	"dynamic-update": true,
 }
 
+// Section reports whether word, a line's first, opens a section.
+func Section(word string) bool { return sections[word] }
+
 // maxPorts bounds the ports one address of a bind line may expand to; a
 // wider range is skipped rather than probed.
 const maxPorts = 1024
