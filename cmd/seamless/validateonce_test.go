@@ -22,13 +22,9 @@ import (
 // the file the candidate was renamed to does not run haproxy -c again on
 // the same bytes. Any other check (a SIGHUP, other bytes) runs in full.
 func TestAnAppliedCandidateIsValidatedOnce(t *testing.T) {
-	bin := testenv.HAProxy(t)
-	var runs atomic.Int32
-	run := countingRunner(&runs)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "haproxy.cfg")
+	bin, path, runs, run := validateRig(t)
 	cfg := func(port int) []byte {
-		return []byte(fmt.Sprintf("defaults\n    mode http\n    timeout client 5s\n    timeout server 5s\n    timeout connect 5s\nfrontend fe\n    bind 127.0.0.1:%d\n", port))
+		return []byte(fmt.Sprintf(checkDefaults+"frontend fe\n    bind 127.0.0.1:%d\n", port))
 	}
 	if err := os.WriteFile(path, cfg(testenv.FreePort(t)), 0o644); err != nil {
 		t.Fatal(err)
@@ -86,14 +82,10 @@ func TestAnAppliedCandidateIsValidatedOnce(t *testing.T) {
 // checked by the reloader either: no haproxy -c at all for the apply.
 // The voucher passes those bytes only, and only once.
 func TestAVouchedCandidateIsNotCheckedAtTheReload(t *testing.T) {
-	bin := testenv.HAProxy(t)
-	var runs atomic.Int32
-	run := countingRunner(&runs)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "haproxy.cfg")
+	bin, path, runs, run := validateRig(t)
 	port := testenv.FreePort(t)
 	cfg := func(server int) []byte {
-		return fmt.Appendf(nil, "defaults\n    mode http\n    timeout client 5s\n    timeout server 5s\n    timeout connect 5s\n"+
+		return fmt.Appendf(nil, checkDefaults+
 			"frontend fe\n    bind 127.0.0.1:%d\n    default_backend be\nbackend be\n    server s1 127.0.0.1:%d\n", port, server)
 	}
 	if err := os.WriteFile(path, cfg(8080), 0o644); err != nil {
@@ -147,14 +139,10 @@ func TestAVouchedCandidateIsNotCheckedAtTheReload(t *testing.T) {
 // running, or a later candidate adding the same address would not be
 // probed and its reload would fail to bind.
 func TestAVouchedReloadDoesNotTakeARefusedCandidatesBinds(t *testing.T) {
-	bin := testenv.HAProxy(t)
-	var runs atomic.Int32
-	run := countingRunner(&runs)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "haproxy.cfg")
+	bin, path, _, run := validateRig(t)
 	ports := testenv.FreePorts(t, 2)
 	cfg := func(server int, extraBind bool) []byte {
-		b := fmt.Appendf(nil, "defaults\n    mode http\n    timeout client 5s\n    timeout server 5s\n    timeout connect 5s\n"+
+		b := fmt.Appendf(nil, checkDefaults+
 			"frontend fe\n    bind 127.0.0.1:%d\n", ports[0])
 		if extraBind {
 			b = fmt.Appendf(b, "    bind 127.0.0.1:%d\n", ports[1])
@@ -207,6 +195,17 @@ func TestAVouchedReloadDoesNotTakeARefusedCandidatesBinds(t *testing.T) {
 	if err := check(ctx, cand); !errors.As(err, &be) {
 		t.Errorf("a candidate binding a taken address: %v, want a *haproxy.BindError", err)
 	}
+}
+
+// checkDefaults is a defaults section haproxy -c takes without warnings.
+const checkDefaults = "defaults\n    mode http\n    timeout client 5s\n    timeout server 5s\n    timeout connect 5s\n"
+
+// validateRig is what the validate-once tests share: the haproxy binary,
+// the configuration's path in a directory of the test's own, and a
+// runner counting its runs.
+func validateRig(t *testing.T) (bin, path string, runs *atomic.Int32, run haproxy.Runner) {
+	runs = new(atomic.Int32)
+	return testenv.HAProxy(t), filepath.Join(t.TempDir(), "haproxy.cfg"), runs, countingRunner(runs)
 }
 
 // countingRunner runs haproxy as the reaper would, counting the runs.

@@ -11,10 +11,8 @@ import (
 	"github.com/seamless-lb/seamless/entrypoint/model"
 )
 
-// fragmentTemplates are templates with ranges over `services` that are cut
-// into fragments, each with what its body reads.
-var fragmentTemplates = map[string]string{
-	"classic": `global
+// peerTemplate is the classic template of the peer benchmark.
+const peerTemplate = `global
     maxconn {{ keyOrDefault "service/haproxy/maxconn" "4096" }}
 frontend http-in
     bind :80{{ range services }}
@@ -23,7 +21,12 @@ frontend http-in
 backend {{ .Name }}
     balance roundrobin{{ range service .Name }}
     server {{ .ID }} {{ .Address }}:{{ .Port }}{{ end }}
-{{ end }}`,
+{{ end }}`
+
+// fragmentTemplates are templates with ranges over `services` that are cut
+// into fragments, each with what its body reads.
+var fragmentTemplates = map[string]string{
+	"classic": peerTemplate,
 	"index and tags": `{{ range $i, $s := services }}{{ $i }} {{ $s.Name }}{{ if $s.Tags.Contains "http" }} http{{ end }}:{{ range service (printf "http.%s|any" $s.Name) }} {{ .ID }}/{{ .Status }}{{ end }}
 {{ else }}no services
 {{ end }}`,

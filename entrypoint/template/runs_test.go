@@ -166,16 +166,7 @@ warning:{{range service "web|warning"}} {{.ID}}{{end}}
 // One change in a catalog of 1,000 services of 10 instances each, as
 // the peer benchmark makes them, rendered by its classic template.
 func BenchmarkRenderOneChangeAt1000x10(b *testing.B) {
-	tmpl, err := parseText("peer.tmpl", `global
-    maxconn {{ keyOrDefault "service/haproxy/maxconn" "4096" }}
-frontend http-in
-    bind :80{{ range services }}
-    use_backend {{ .Name }} if { hdr(host) -i {{ .Name }}.example }{{ end }}
-{{ range services }}
-backend {{ .Name }}
-    balance roundrobin{{ range service .Name }}
-    server {{ .ID }} {{ .Address }}:{{ .Port }}{{ end }}
-{{ end }}`, testOptions())
+	tmpl, err := parseText("peer.tmpl", peerTemplate, testOptions())
 	if err != nil {
 		b.Fatal(err)
 	}
