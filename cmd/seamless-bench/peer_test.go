@@ -427,3 +427,19 @@ func TestPeerChangeAddRegistersNewInstances(t *testing.T) {
 		t.Errorf("the table does not say what a change is:\n%s", b.String())
 	}
 }
+
+// At 10,000 × 10 one tool's room for idle connections asked Consul for
+// 20,132 connections on a limit of 20,000 file descriptors, and Consul
+// would not start.
+func TestTheAgentsConnectionLimitFitsItsFileDescriptors(t *testing.T) {
+	l := layout{services: 10000, instances: 10}
+	if got := maxConnsPerClient(l, 1, 20000); got+20 > 20000 || got < l.services+16 {
+		t.Errorf("limit %d on 20,000 descriptors: Consul needs it plus 20 to fit, and seamless a connection per service", got)
+	}
+	if got, want := maxConnsPerClient(l, 1, 1<<20), 2*(l.services+16)+100; got != want {
+		t.Errorf("limit %d with descriptors to spare, want %d", got, want)
+	}
+	if got := maxConnsPerClient(layout{services: 10}, 1, 0); got != 200 {
+		t.Errorf("small catalog: limit %d, want Consul's default 200", got)
+	}
+}

@@ -46,10 +46,21 @@ func planChanges(l layout, n int, seed uint64, ports []int, names []string) []pe
 // S+1), all from 127.0.0.1 through the proxies, and as many again idle
 // in the proxies' pools between a blocking query's answer and the next
 // (five tools together at 1000x10 met the limit without them, and the
-// agent answered 429); Consul's default is 200.
-func maxConnsPerClient(l layout, tools int) int {
-	return max(200, 2*tools*(l.services+16)+100)
+// agent answered 429); Consul's default is 200. Consul refuses to start
+// when the limit and its own 20 descriptors exceed its file descriptor
+// limit, nofile (0: unknown), so the room for idle connections shrinks
+// to what nofile allows.
+func maxConnsPerClient(l layout, tools int, nofile uint64) int {
+	want := max(200, 2*tools*(l.services+16)+100)
+	if nofile > consulOwnFDs+200 {
+		want = min(want, int(nofile)-consulOwnFDs)
+	}
+	return want
 }
+
+// consulOwnFDs is what Consul 1.14 adds to http_max_conns_per_client
+// when it checks the limit against its file descriptor limit, with room.
+const consulOwnFDs = 50
 
 // peerCatalog is a row's Consul with its catalog, the backends the
 // instances start at and the listeners the changes move them to.
@@ -106,7 +117,7 @@ func newPeerCatalog(ctx context.Context, log *slog.Logger, o peerOptions, dir st
 	if err := os.MkdirAll(filepath.Join(dir, "consul"), 0o755); err != nil {
 		return c, err
 	}
-	c.maxConns = maxConnsPerClient(c.l, tools)
+	c.maxConns = maxConnsPerClient(c.l, tools, o.nofileInForce)
 	c.agent, err = consulproc.Start(ctx, consulproc.Options{Bin: o.consul, Dir: filepath.Join(dir, "consul"),
 		HCL: []string{fmt.Sprintf("limits { http_max_conns_per_client = %d }", c.maxConns)}})
 	if err != nil {
