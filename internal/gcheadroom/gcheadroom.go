@@ -1,13 +1,16 @@
 // Package gcheadroom keeps the garbage collector's headroom above the
 // live heap a fraction of it (GOGC), raised towards a floor as far as
-// Go's default GOGC of 100 allows.
+// Go's default GOGC of 100 allows, and lowered towards a ceiling as far as
+// a least fraction allows.
 //
 // A low GOGC keeps a large heap small, and on a small one makes the
 // collector run after every few hundred kilobytes: at 100 services × 10
 // instances seamless's live heap is about 4 MB, and GOGC=30 collected it
 // every megabyte, more than once per change. The floor spaces those
 // collections at a cost of a few megabytes, which a large heap's fraction
-// exceeds anyway.
+// exceeds anyway. What a change allocates grows more slowly than the
+// catalog, so on a large heap the fraction is memory that only spaces
+// collections further apart than changes need: the ceiling bounds it.
 package gcheadroom
 
 import (
@@ -20,32 +23,49 @@ import (
 // maxPercent is the most the floor raises GOGC to: Go's default.
 const maxPercent = 100
 
-// Percent is the GOGC that gives live bytes of heap at least floor bytes
-// of headroom, and at least percent of live: between percent and
-// maxPercent.
-func Percent(percent int, floor, live uint64) int {
+// Headroom is how far the heap may grow over the live heap before the
+// next collection.
+type Headroom struct {
+	// Percent of the live heap, as GOGC.
+	Percent int
+	// Floor: at least this many bytes, as far as a GOGC of
+	// max(Percent, 100) allows.
+	Floor uint64
+	// Ceiling: at most this many bytes, as far as a GOGC of LeastPercent
+	// allows (at least 1). 0: no ceiling.
+	Ceiling      uint64
+	LeastPercent int
+}
+
+// For is the GOGC that gives live bytes of heap the headroom h asks for.
+// The floor wins over the ceiling.
+func (h Headroom) For(live uint64) int {
 	if live == 0 {
-		return max(percent, maxPercent)
+		return max(h.Percent, maxPercent)
 	}
-	need := int((floor*100 + live - 1) / live)
-	return min(max(percent, need), max(percent, maxPercent))
+	p := h.Percent
+	if h.Ceiling > 0 {
+		p = max(min(p, int(h.Ceiling*100/live)), h.LeastPercent, 1)
+	}
+	need := int((h.Floor*100 + live - 1) / live)
+	return min(max(p, need), max(h.Percent, maxPercent))
 }
 
 // tuner re-reads the live heap after every collection.
 type tuner struct {
 	mu      sync.Mutex
-	percent int
-	floor   uint64
+	h       Headroom
 	set     int // the GOGC in effect
 	stopped bool
 	sample  []metrics.Sample
 }
 
-// Start sets GOGC to percent, raised after each collection as far as the
-// floor asks (Percent). The returned stop puts percent back and ends the
-// tuning.
-func Start(percent int, floor uint64) (stop func()) {
-	t := &tuner{percent: percent, floor: floor, set: percent,
+// Start sets GOGC to h.Percent, tuned after each collection to what h
+// asks for the heap it found live (Headroom.For). The returned stop puts
+// h.Percent back and ends the tuning.
+func Start(h Headroom) (stop func()) {
+	percent := h.Percent
+	t := &tuner{h: h, set: percent,
 		sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
 	debug.SetGCPercent(percent)
 	t.arm()
@@ -53,7 +73,7 @@ func Start(percent int, floor uint64) (stop func()) {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		t.stopped = true
-		debug.SetGCPercent(t.percent)
+		debug.SetGCPercent(t.h.Percent)
 	}
 }
 
@@ -85,7 +105,7 @@ func (t *tuner) tune() bool {
 	if t.sample[0].Value.Kind() == metrics.KindUint64 {
 		live = t.sample[0].Value.Uint64()
 	}
-	if p := Percent(t.percent, t.floor, live); p != t.set {
+	if p := t.h.For(live); p != t.set {
 		t.set = p
 		debug.SetGCPercent(p)
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-func TestPercent(t *testing.T) {
+func TestPercentWithAFloor(t *testing.T) {
 	const MiB = 1 << 20
 	for _, c := range []struct {
 		percent     int
@@ -25,9 +25,36 @@ func TestPercent(t *testing.T) {
 		{150, 4 * MiB, 100 * MiB, 150}, // never below percent
 		{30, 0, 100 * MiB, 30},         // no floor
 	} {
-		if got := Percent(c.percent, c.floor, c.live); got != c.want {
-			t.Errorf("Percent(%d, %d, %d) = %d, want %d", c.percent, c.floor, c.live, got, c.want)
+		if got := (Headroom{Percent: c.percent, Floor: c.floor}).For(c.live); got != c.want {
+			t.Errorf("Percent %d, floor %d: For(%d) = %d, want %d", c.percent, c.floor, c.live, got, c.want)
 		}
+	}
+}
+
+func TestPercentWithACeiling(t *testing.T) {
+	const MiB = 1 << 20
+	h := Headroom{Percent: 30, Floor: 4 * MiB, Ceiling: 24 * MiB, LeastPercent: 15}
+	for _, c := range []struct {
+		live uint64
+		want int
+	}{
+		{4 * MiB, 100},  // the floor as before
+		{18 * MiB, 30},  // 5.4 MiB: the fraction
+		{80 * MiB, 30},  // 24 MiB: the fraction is the ceiling
+		{96 * MiB, 25},  // 24 of 96
+		{160 * MiB, 15}, // 24 of 160
+		{400 * MiB, 15}, // 6 %: no less than LeastPercent
+		{0, 100},        // no reading yet
+	} {
+		if got := h.For(c.live); got != c.want {
+			t.Errorf("For(%d MiB) = %d, want %d", c.live/MiB, got, c.want)
+		}
+	}
+	if got := (Headroom{Percent: 30, Floor: 8 * MiB, Ceiling: 4 * MiB}).For(16 * MiB); got != 50 {
+		t.Errorf("a floor above the ceiling: %d, want the floor's 50", got)
+	}
+	if got := (Headroom{Percent: 30, Ceiling: 1}).For(1 << 30); got != 1 {
+		t.Errorf("no least percent: %d, want 1 (GOGC=0 turns the collector off)", got)
 	}
 }
 
@@ -40,22 +67,25 @@ func gogc() int {
 
 var keep []byte
 
+// eventually collects until want accepts the GOGC in effect.
+func eventually(t *testing.T, what string, want func(int) bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !want(gogc()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: GOGC is %d", what, gogc())
+		}
+		runtime.GC() // the cleanup runs after a collection
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // With a small live heap the tuner raises GOGC after a collection; with a
 // live heap whose fraction exceeds the floor it lowers it back.
 func TestTheTunerFollowsTheLiveHeap(t *testing.T) {
-	stop := Start(30, 4<<20)
+	stop := Start(Headroom{Percent: 30, Floor: 4 << 20})
 	defer stop()
-	eventually := func(what string, want func(int) bool) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !want(gogc()) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: GOGC is %d", what, gogc())
-			}
-			runtime.GC() // the cleanup runs after a collection
-			time.Sleep(time.Millisecond)
-		}
-	}
+	eventually := func(what string, want func(int) bool) { t.Helper(); eventually(t, what, want) }
 	keep = nil
 	eventually("a live heap of a few hundred kilobytes: Go's default", func(p int) bool { return p == 100 })
 	keep = make([]byte, 256<<20)
@@ -68,6 +98,20 @@ func TestTheTunerFollowsTheLiveHeap(t *testing.T) {
 	if p := gogc(); p != 30 {
 		t.Errorf("after stop: GOGC %d, want 30", p)
 	}
+}
+
+// With a ceiling, a live heap whose fraction exceeds it gets less than
+// the fraction, and the fraction again once it is small.
+func TestTheTunerBoundsALargeHeapsHeadroom(t *testing.T) {
+	stop := Start(Headroom{Percent: 30, Floor: 4 << 20, Ceiling: 24 << 20, LeastPercent: 15})
+	defer stop()
+	keep = make([]byte, 128<<20)
+	keep[len(keep)-1] = 1
+	eventually(t, "a live heap of 128 MiB: 24 MiB of headroom", func(p int) bool { return p == 18 })
+	keep = make([]byte, 40<<20)
+	keep[len(keep)-1] = 1
+	eventually(t, "a live heap of 40 MiB: the fraction", func(p int) bool { return p == 30 })
+	keep = nil
 }
 
 var kept []*int32
