@@ -526,3 +526,56 @@ func startMaster(t *testing.T, cfg string) *MasterCLI {
 	})
 	return NewMasterCLI(sock)
 }
+
+// A reload's outcome is not polled for three quarters of the time the
+// last one took to show, at most a second; nothing before the first.
+func TestQuietAfterReload(t *testing.T) {
+	for _, c := range []struct{ last, want time.Duration }{
+		{0, 0},
+		{40 * time.Millisecond, 30 * time.Millisecond},
+		{4 * time.Second, time.Second},
+	} {
+		if got := quietAfterReload(c.last); got != c.want {
+			t.Errorf("quietAfterReload(%v) = %v, want %v", c.last, got, c.want)
+		}
+	}
+}
+
+// The second and third reloads are polled after the first one's quiet
+// time, and their outcomes, a success and a refused bind, are the same as
+// without it: TestMasterCLIReload. Here: the wait is learned from the
+// reload, and a reload that needs longer than it is still confirmed.
+func TestAReloadSlowerThanTheLastIsConfirmed(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
+	writeConfig(t, cfg, testenv.FreePort(t), "")
+	cli := startMaster(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cli.WaitWorkerReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := cli.Reload(ctx); err != nil || !res.OK {
+		t.Fatalf("first reload: ok=%v err=%v", res.OK, err)
+	}
+	cli.mu.Lock()
+	learned := cli.reexec
+	cli.reexec = time.Nanosecond // a quiet time far shorter than the reload
+	cli.mu.Unlock()
+	if learned <= 0 {
+		t.Errorf("the first reload left no duration to wait: %v", learned)
+	}
+	if res, err := cli.Reload(ctx); err != nil || !res.OK {
+		t.Fatalf("reload after a short quiet time: ok=%v err=%v", res.OK, err)
+	}
+	cli.mu.Lock()
+	cli.reexec = 10 * time.Second // a quiet time of a second, longer than the reload
+	cli.mu.Unlock()
+	before, err := cli.ShowProc(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := cli.Reload(ctx)
+	if err != nil || !res.OK || res.Procs.Master.Reloads != before.Master.Reloads+1 {
+		t.Fatalf("reload after a long quiet time: ok=%v err=%v procs=%+v", res.OK, err, res.Procs)
+	}
+}
