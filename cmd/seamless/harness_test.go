@@ -76,6 +76,7 @@ type site struct {
 	backend  string
 	global   string // extra lines for the global section
 	extraFE  string
+	tail     string // sections after the backend
 	noIdleKA bool
 }
 
@@ -98,7 +99,7 @@ func (s *site) write(t testing.TB, version int) {
     default_backend be
 backend be
     server s1 %s
-`, s.global, idle, s.port, s.extraFE, version, s.backend)
+%s`, s.global, idle, s.port, s.extraFE, version, s.backend, s.tail)
 	writeAtomic(t, s.path, cfg)
 }
 

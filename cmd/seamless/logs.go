@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // haproxyLines turns HAProxy's output, one line per Write (as LogTap
@@ -67,4 +71,136 @@ func echoes(prefixed, other string) bool {
 	}
 	_, msg, ok := strings.Cut(prefixed, ") : ")
 	return ok && len(msg) >= minEcho && !strings.HasPrefix(other, "[") && strings.HasSuffix(other, msg)
+}
+
+// stopsSummed passes HAProxy's output on, but of the "Proxy X stopped
+// (cumulated conns: FE: a, BE: b)." warnings a worker prints for each of
+// its proxies as it stops (the old worker, after every reload: a
+// thousand lines at a thousand services) only the first keptStops; the
+// rest become one line with their number and their connections summed,
+// printed once the worker says something else or stopsQuiet after the
+// last stop of any worker. Other processes' lines (the master's, while
+// the old worker stops) pass on meanwhile.
+func stopsSummed(w io.Writer) io.Writer { return &summer{w: w, runs: map[string]*stopRun{}} }
+
+const (
+	keptStops  = 3
+	stopsQuiet = 100 * time.Millisecond
+)
+
+type summer struct {
+	w     io.Writer
+	mu    sync.Mutex
+	runs  map[string]*stopRun // by worker pid
+	order []string            // the runs' pids, earliest first
+	timer *time.Timer
+}
+
+// stopRun is what a worker stopped so far.
+type stopRun struct {
+	n      int
+	fe, be int64 // connections of the stops past the first keptStops
+}
+
+func (s *summer) Write(p []byte) (int, error) {
+	line := strings.TrimRight(string(p), "\r\n")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pid, fe, be, ok := proxyStopped(line)
+	if !ok {
+		if pid := linePid(line); pid != "" && s.runs[pid] != nil {
+			if err := s.flushLocked(pid); err != nil {
+				return 0, err
+			}
+		}
+		return s.w.Write(p)
+	}
+	r := s.runs[pid]
+	if r == nil {
+		r = &stopRun{}
+		s.runs[pid], s.order = r, append(s.order, pid)
+	}
+	r.n++
+	if s.timer == nil {
+		s.timer = time.AfterFunc(stopsQuiet, func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			for len(s.order) > 0 {
+				if s.flushLocked(s.order[0]) != nil {
+					return
+				}
+			}
+		})
+	} else {
+		s.timer.Reset(stopsQuiet)
+	}
+	if r.n <= keptStops {
+		return s.w.Write(p)
+	}
+	r.fe += fe
+	r.be += be
+	return len(p), nil
+}
+
+// flushLocked ends pid's run, printing what it held back.
+func (s *summer) flushLocked(pid string) error {
+	r := s.runs[pid]
+	delete(s.runs, pid)
+	if i := slices.Index(s.order, pid); i >= 0 {
+		s.order = slices.Delete(s.order, i, i+1)
+	}
+	if r == nil || r.n <= keptStops {
+		return nil
+	}
+	_, err := fmt.Fprintf(s.w, "[WARNING]  (%s) : %d more proxies stopped (cumulated conns: FE: %d, BE: %d).\n",
+		pid, r.n-keptStops, r.fe, r.be)
+	return err
+}
+
+// linePid is the pid of "[LEVEL]  (pid) : message"; "" for other lines.
+func linePid(line string) string {
+	if !strings.HasPrefix(line, "[") {
+		return ""
+	}
+	_, rest, ok := strings.Cut(line, "(")
+	if !ok {
+		return ""
+	}
+	pid, _, ok := strings.Cut(rest, ") : ")
+	if !ok || pid == "" || strings.Trim(pid, "0123456789") != "" {
+		return ""
+	}
+	return pid
+}
+
+// proxyStopped reads "[WARNING]  (pid) : Proxy name stopped (cumulated
+// conns: FE: fe, BE: be).", as HAProxy 2.6 to 3.2 print it.
+func proxyStopped(line string) (pid string, fe, be int64, ok bool) {
+	if !strings.HasPrefix(line, "[WARNING]") {
+		return "", 0, 0, false
+	}
+	pid = linePid(line)
+	_, rest, found := strings.Cut(line, ") : Proxy ")
+	if pid == "" || !found {
+		return "", 0, 0, false
+	}
+	name, rest, found := strings.Cut(rest, " stopped (cumulated conns: FE: ")
+	if !found || name == "" || strings.ContainsAny(name, " \t") {
+		return "", 0, 0, false
+	}
+	feS, rest, found := strings.Cut(rest, ", BE: ")
+	if !found {
+		return "", 0, 0, false
+	}
+	beS, found := strings.CutSuffix(rest, ").")
+	if !found {
+		return "", 0, 0, false
+	}
+	var err1, err2 error
+	fe, err1 = strconv.ParseInt(feS, 10, 64)
+	be, err2 = strconv.ParseInt(beS, 10, 64)
+	if err1 != nil || err2 != nil {
+		return "", 0, 0, false
+	}
+	return pid, fe, be, true
 }

@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/seamless-lb/seamless/entrypoint/haproxy"
+	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
 // A configuration with `log stderr` (the built-in template's, the tests'
@@ -75,5 +78,109 @@ func TestOnceEachDropsTheLogTargetsCopy(t *testing.T) {
 				t.Errorf("got\n%s\nwant\n%s", got, strings.Join(tc.want, ""))
 			}
 		})
+	}
+}
+
+func TestProxyStoppedReadsHAProxysWarning(t *testing.T) {
+	for _, tc := range []struct {
+		line   string
+		pid    string
+		fe, be int64
+		ok     bool
+	}{
+		{"[WARNING]  (1570) : Proxy svc-01 stopped (cumulated conns: FE: 0, BE: 12).", "1570", 0, 12, true},
+		{"[WARNING] (7) : Proxy <HTTPCLIENT> stopped (cumulated conns: FE: 3, BE: 4).", "7", 3, 4, true},
+		{"[NOTICE]   (7) : Proxy fe stopped (cumulated conns: FE: 3, BE: 4).", "", 0, 0, false},
+		{"Proxy fe stopped (cumulated conns: FE: 3, BE: 4).", "", 0, 0, false},                       // the log target's copy
+		{"[WARNING]  (7) : Proxy fe stopped.", "", 0, 0, false},                                      // another message
+		{"[WARNING]  (x) : Proxy fe stopped (cumulated conns: FE: 3, BE: 4).", "", 0, 0, false},      // no pid
+		{"[WARNING]  (7) : Proxy a b stopped (cumulated conns: FE: 3, BE: 4).", "", 0, 0, false},     // no proxy name has a space
+		{"[WARNING]  (7) : Proxy fe stopped (cumulated conns: FE: 3, BE: 4). more", "", 0, 0, false}, // not the end
+	} {
+		pid, fe, be, ok := proxyStopped(tc.line)
+		if pid != tc.pid || fe != tc.fe || be != tc.be || ok != tc.ok {
+			t.Errorf("proxyStopped(%q) = %q, %d, %d, %v; want %q, %d, %d, %v", tc.line, pid, fe, be, ok, tc.pid, tc.fe, tc.be, tc.ok)
+		}
+	}
+}
+
+func stopLine(pid, i int) string {
+	return fmt.Sprintf("[WARNING]  (%d) : Proxy p%d stopped (cumulated conns: FE: %d, BE: %d).\n", pid, i, i, 2*i)
+}
+
+func TestAWorkersStopsAreSummedPastTheFirstFew(t *testing.T) {
+	var b syncBuffer
+	w := stopsSummed(&b)
+	write := func(l string) {
+		t.Helper()
+		if n, err := w.Write([]byte(l)); err != nil || n != len(l) {
+			t.Fatalf("Write = %d, %v", n, err)
+		}
+	}
+	for i := range 10 {
+		write(stopLine(12, i))
+	}
+	write("[NOTICE]   (1) : New worker (13) forked\n") // the master's: the run goes on
+	write(stopLine(12, 10))
+	write("[WARNING]  (12) : something else\n") // the worker's: the run ends
+	write(stopLine(13, 0))                      // another worker's run
+	write(stopLine(13, 1))
+	write("[WARNING]  (1) : Former worker (12) exited with code 0 (Exit)\n")
+	for i := range 5 {
+		write(stopLine(14, i))
+	}
+	want := stopLine(12, 0) + stopLine(12, 1) + stopLine(12, 2) +
+		"[NOTICE]   (1) : New worker (13) forked\n" +
+		"[WARNING]  (12) : 8 more proxies stopped (cumulated conns: FE: 52, BE: 104).\n" + // 3+…+10
+		"[WARNING]  (12) : something else\n" +
+		stopLine(13, 0) + stopLine(13, 1) +
+		"[WARNING]  (1) : Former worker (12) exited with code 0 (Exit)\n" +
+		stopLine(14, 0) + stopLine(14, 1) + stopLine(14, 2)
+	if got := b.String(); got != want {
+		t.Errorf("before the quiet time:\n%s\nwant\n%s", got, want)
+	}
+	// Nothing more comes: the last run is summed once it is quiet.
+	want += "[WARNING]  (14) : 2 more proxies stopped (cumulated conns: FE: 7, BE: 14).\n"
+	testenv.EventuallyExplained(t, 5*time.Second, "the quiet run summed", func() bool { return b.String() == want },
+		func() { t.Logf("got\n%s\nwant\n%s", b.String(), want) })
+}
+
+// A reload of a configuration of a dozen proxies: the old worker's stop
+// warnings are three and a sum, not one per proxy, with the log
+// target's copies (log global) still dropped.
+func TestAReloadsStopWarningsAreSummed(t *testing.T) {
+	be := startBackend(t)
+	s := newSite(t, be)
+	s.extraFE = "    log global\n"
+	for i := range 10 {
+		s.tail += fmt.Sprintf("backend extra%d\n    server s1 %s\n", i, be.addr)
+	}
+	s.write(t, 1)
+	in := startSeamless(t, s, startOpts{})
+	in.waitReady(s)
+	s.write(t, 2)
+	in.signal(syscall.SIGHUP)
+	const summed = "more proxies stopped (cumulated conns:"
+	var out string
+	testenv.EventuallyExplained(t, 15*time.Second, "the old worker's stops summed", func() bool {
+		out = in.out.String()
+		return strings.Contains(out, summed)
+	}, func() { t.Logf("output:\n%s", out) })
+	// The sum is printed last, once its run ended: nothing of it after.
+	var kept, more int
+	for _, l := range strings.Split(out, "\n") {
+		if _, _, _, ok := proxyStopped(l); ok {
+			kept++
+		}
+		if i := strings.Index(l, " more proxies stopped"); i > 0 {
+			fields := strings.Fields(l[:i])
+			more, _ = strconv.Atoi(fields[len(fields)-1])
+		}
+		if strings.Contains(l, "stopped (cumulated conns") && !strings.HasPrefix(l, "[") {
+			t.Errorf("the log target's copy of a stop was passed on: %q", l)
+		}
+	}
+	if kept != keptStops || more < 12-keptStops {
+		t.Errorf("%d stops printed and %d summed, want %d and at least %d (fe, be and 10 backends):\n%s", kept, more, keptStops, 12-keptStops, out)
 	}
 }

@@ -189,7 +189,7 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 	if cfg.LogFormat == "json" {
 		opts.Output = haproxyLines{log}
 	}
-	opts.Output = onceEach(opts.Output)
+	opts.Output = onceEach(stopsSummed(opts.Output))
 	if sig := endWatch(); sig != nil {
 		return stoppedStarting(sig, log)
 	}
