@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/seamless-lb/seamless/entrypoint/haproxy"
 )
 
 // haproxyLines turns HAProxy's output, one line per Write (as LogTap
@@ -61,6 +63,14 @@ func (d *dedupe) Write(p []byte) (int, error) {
 	d.recent[d.n%len(d.recent)] = line
 	d.n++
 	return d.w.Write(p)
+}
+
+// Flush flushes the writer it passes lines to, if that holds any back.
+func (d *dedupe) Flush() error {
+	if f, ok := d.w.(haproxy.Flusher); ok {
+		return f.Flush()
+	}
+	return nil
 }
 
 // echoes: prefixed is "[LEVEL]  (pid) : message" and other ends with
@@ -122,15 +132,7 @@ func (s *summer) Write(p []byte) (int, error) {
 	}
 	r.n++
 	if s.timer == nil {
-		s.timer = time.AfterFunc(stopsQuiet, func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			for len(s.order) > 0 {
-				if s.flushLocked(s.order[0]) != nil {
-					return
-				}
-			}
-		})
+		s.timer = time.AfterFunc(stopsQuiet, func() { _ = s.Flush() })
 	} else {
 		s.timer.Reset(stopsQuiet)
 	}
@@ -140,6 +142,18 @@ func (s *summer) Write(p []byte) (int, error) {
 	r.fe += fe
 	r.be += be
 	return len(p), nil
+}
+
+// Flush prints every run held back: HAProxy's output ended.
+func (s *summer) Flush() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.order) > 0 {
+		if err := s.flushLocked(s.order[0]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // flushLocked ends pid's run, printing what it held back.

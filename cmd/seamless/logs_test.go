@@ -184,3 +184,19 @@ func TestAReloadsStopWarningsAreSummed(t *testing.T) {
 		t.Errorf("%d stops printed and %d summed, want %d and at least %d (fe, be and 10 backends):\n%s", kept, more, keptStops, 12-keptStops, out)
 	}
 }
+
+// HAProxy's output ends (seamless stops): what the summer held back is
+// printed before Copy returns, not by a timer seamless may not outlive.
+func TestHeldStopsArePrintedWhenTheOutputEnds(t *testing.T) {
+	var in strings.Builder
+	for i := range 6 {
+		in.WriteString(stopLine(12, i))
+	}
+	var b syncBuffer
+	haproxy.NewLogTap().Copy(strings.NewReader(in.String()), onceEach(stopsSummed(&b)))
+	want := stopLine(12, 0) + stopLine(12, 1) + stopLine(12, 2) +
+		"[WARNING]  (12) : 3 more proxies stopped (cumulated conns: FE: 12, BE: 24).\n"
+	if got := b.String(); got != want {
+		t.Errorf("after the output ended:\n%s\nwant\n%s", got, want)
+	}
+}

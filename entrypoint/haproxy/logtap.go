@@ -29,8 +29,9 @@ const tapKeep = 256
 // NewLogTap returns an empty tap.
 func NewLogTap() *LogTap { return &LogTap{} }
 
-// Copy forwards r to w until r ends. It never stops reading because w is
-// slow or broken: HAProxy blocks on a full pipe.
+// Copy forwards r to w until r ends, then flushes w if it is a Flusher.
+// It never stops reading because w is slow or broken: HAProxy blocks on a
+// full pipe.
 func (t *LogTap) Copy(r io.Reader, w io.Writer) {
 	br := bufio.NewReaderSize(r, 64*1024)
 	for {
@@ -40,10 +41,17 @@ func (t *LogTap) Copy(r io.Reader, w io.Writer) {
 			t.add(strings.TrimRight(line, "\r\n"))
 		}
 		if err != nil {
+			if f, ok := w.(Flusher); ok {
+				_ = f.Flush()
+			}
 			return
 		}
 	}
 }
+
+// Flusher is a writer that may hold lines back: Copy flushes it once
+// HAProxy's output ends, so that nothing is lost when seamless exits.
+type Flusher interface{ Flush() error }
 
 func (t *LogTap) add(line string) {
 	if strings.Contains(line, socketTransferFailed) && t.OnSocketTransferFailure != nil {
