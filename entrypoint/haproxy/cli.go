@@ -74,26 +74,33 @@ func (m *MasterCLI) ShowProc(ctx context.Context) (Procs, error) {
 // costs microseconds, so polling every 2 ms keeps the confirmation within a
 // few milliseconds of the master coming back.
 func (m *MasterCLI) WaitShowProc(ctx context.Context, ok func(Procs) bool) (Procs, error) {
-	return m.waitShowProc(ctx, 0, ok)
+	p, _, err := m.waitShowProc(ctx, 0, ok)
+	return p, err
 }
 
-// waitShowProc is WaitShowProc after quiet, a time when ok cannot yet hold.
-func (m *MasterCLI) waitShowProc(ctx context.Context, quiet time.Duration, ok func(Procs) bool) (Procs, error) {
+// waitShowProc is WaitShowProc after quiet, a time when ok cannot yet hold
+// (cut to half of what is left before ctx's deadline, so that an answer
+// is asked for before it). first reports that the first answer after the
+// quiet time was accepted: the quiet time was long enough.
+func (m *MasterCLI) waitShowProc(ctx context.Context, quiet time.Duration, ok func(Procs) bool) (_ Procs, first bool, _ error) {
+	if dl, has := ctx.Deadline(); has {
+		quiet = min(quiet, time.Until(dl)/2)
+	}
 	if quiet > 0 {
 		select {
 		case <-ctx.Done():
-			return Procs{}, ctx.Err()
+			return Procs{}, false, ctx.Err()
 		case <-time.After(quiet):
 		}
 	}
 	delay := time.Millisecond
 	var last error
-	for {
+	for attempts := 1; ; attempts++ {
 		attempt, cancel := context.WithTimeout(ctx, time.Second)
 		p, err := m.ShowProc(attempt)
 		cancel()
 		if err == nil && ok(p) {
-			return p, nil
+			return p, attempts == 1, nil
 		}
 		if err != nil {
 			last = err
@@ -101,9 +108,9 @@ func (m *MasterCLI) waitShowProc(ctx context.Context, quiet time.Duration, ok fu
 		select {
 		case <-ctx.Done():
 			if last != nil {
-				return p, fmt.Errorf("%w (last error: %v)", ctx.Err(), last)
+				return p, false, fmt.Errorf("%w (last error: %v)", ctx.Err(), last)
 			}
-			return p, ctx.Err()
+			return p, false, ctx.Err()
 		case <-time.After(delay):
 		}
 		delay = min(delay*2, 2*time.Millisecond)
@@ -192,16 +199,29 @@ func (m *MasterCLI) Reload(ctx context.Context) (ReloadResult, error) {
 		}
 	}
 	sent := time.Now()
-	m.mu.Lock()
-	quiet := quietAfterReload(m.reexec)
-	m.mu.Unlock()
-	after, err := m.waitShowProc(ctx, quiet, func(p Procs) bool { return p.Master.Reloads > before.Master.Reloads })
+	var quiet time.Duration
+	if !explicit { // 2.7+ answered once the reload was done
+		m.mu.Lock()
+		quiet = quietAfterReload(m.reexec)
+		m.mu.Unlock()
+	}
+	after, first, err := m.waitShowProc(ctx, quiet, func(p Procs) bool { return p.Master.Reloads > before.Master.Reloads })
 	if err != nil {
 		return res, fmt.Errorf("%w: %v", ErrUnconfirmed, err)
 	}
-	m.mu.Lock()
-	m.reexec = time.Since(sent)
-	m.mu.Unlock()
+	if !explicit && after.Master.Failed == before.Master.Failed {
+		// A failed reload's time is not a good one's (a refused bind
+		// took 2 s on 2.6). When the quiet time was long enough, the
+		// reload took at most that: halve it, or it would shrink by
+		// only a quarter per reload.
+		took := time.Since(sent)
+		if first && quiet > 0 {
+			took /= 2
+		}
+		m.mu.Lock()
+		m.reexec = took
+		m.mu.Unlock()
+	}
 	res.Procs = after
 	old := before.WorkerPids()
 	for _, w := range after.Workers {
@@ -218,11 +238,11 @@ func (m *MasterCLI) Reload(ctx context.Context) (ReloadResult, error) {
 
 // quietAfterReload is how long a reload's outcome is not polled for, after
 // the last one took reexec to show: three quarters of it, at most a
-// second. Polling every 2 ms while a 2.6 master re-executed was a third
+// second. Polling every 2 ms while a 2.6 master re-executed was a quarter
 // of seamless's CPU per change with a template at 100 services × 10
-// instances, and a configuration's reloads take about as long as each
-// other. On 2.7+ the master answers once the reload is done, so reexec
-// is about 0 and nothing is waited.
+// instances, and a configuration's good reloads take about as long as
+// each other. On 2.7+ the master answers once the reload is done, and
+// nothing is waited.
 func quietAfterReload(reexec time.Duration) time.Duration {
 	return min(reexec*3/4, time.Second)
 }

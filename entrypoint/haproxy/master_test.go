@@ -543,8 +543,8 @@ func TestQuietAfterReload(t *testing.T) {
 
 // The second and third reloads are polled after the first one's quiet
 // time, and their outcomes, a success and a refused bind, are the same as
-// without it: TestMasterCLIReload. Here: the wait is learned from the
-// reload, and a reload that needs longer than it is still confirmed.
+// without it: TestMasterCLIReload. Here: a reload that needs longer than
+// its quiet time, or less, is confirmed.
 func TestAReloadSlowerThanTheLastIsConfirmed(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
 	writeConfig(t, cfg, testenv.FreePort(t), "")
@@ -558,12 +558,8 @@ func TestAReloadSlowerThanTheLastIsConfirmed(t *testing.T) {
 		t.Fatalf("first reload: ok=%v err=%v", res.OK, err)
 	}
 	cli.mu.Lock()
-	learned := cli.reexec
 	cli.reexec = time.Nanosecond // a quiet time far shorter than the reload
 	cli.mu.Unlock()
-	if learned <= 0 {
-		t.Errorf("the first reload left no duration to wait: %v", learned)
-	}
 	if res, err := cli.Reload(ctx); err != nil || !res.OK {
 		t.Fatalf("reload after a short quiet time: ok=%v err=%v", res.OK, err)
 	}
@@ -577,5 +573,101 @@ func TestAReloadSlowerThanTheLastIsConfirmed(t *testing.T) {
 	res, err := cli.Reload(ctx)
 	if err != nil || !res.OK || res.Procs.Master.Reloads != before.Master.Reloads+1 {
 		t.Fatalf("reload after a long quiet time: ok=%v err=%v procs=%+v", res.OK, err, res.Procs)
+	}
+}
+
+// Only a good reload's time is learned: a refused bind took 2 s on 2.6,
+// and waiting that out before the next, good, reload's outcome delayed it
+// by as much. On 2.7+, which answer once the reload is done, nothing is.
+func TestOnlyAGoodReloadsTimeIsLearned(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
+	port := testenv.FreePort(t)
+	writeConfig(t, cfg, port, "")
+	cli := startMaster(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cli.WaitWorkerReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	learned := func() time.Duration {
+		cli.mu.Lock()
+		defer cli.mu.Unlock()
+		return cli.reexec
+	}
+	res, err := cli.Reload(ctx)
+	if err != nil || !res.OK {
+		t.Fatalf("good reload: ok=%v err=%v", res.OK, err)
+	}
+	answered := res.Messages != "" // 2.7+
+	if got := learned(); answered && got != 0 || !answered && got <= 0 {
+		t.Errorf("after a good reload (answered by the master: %v) the learned time is %v", answered, got)
+	}
+	const marker = 7 * time.Millisecond
+	cli.mu.Lock()
+	cli.reexec = marker
+	cli.mu.Unlock()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	writeConfig(t, cfg, port, fmt.Sprintf("    bind %s\n", busy.Addr()))
+	if res, err := cli.Reload(ctx); err != nil || res.OK {
+		t.Fatalf("reload with a busy bind: ok=%v err=%v", res.OK, err)
+	}
+	if got := learned(); got != marker {
+		t.Errorf("a failed reload changed the learned time from %v to %v", marker, got)
+	}
+}
+
+// A quiet time longer than what is left before the deadline still asks
+// for the outcome in time: a reload done in about 100 ms was reported
+// unconfirmed after a learned 2 s and a deadline of 700 ms.
+func TestTheQuietTimeLeavesRoomBeforeTheDeadline(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
+	writeConfig(t, cfg, testenv.FreePort(t), "")
+	cli := startMaster(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cli.WaitWorkerReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cli.mu.Lock()
+	cli.reexec = 2 * time.Second
+	cli.mu.Unlock()
+	rctx, rcancel := context.WithTimeout(ctx, 700*time.Millisecond)
+	defer rcancel()
+	if res, err := cli.Reload(rctx); err != nil || !res.OK {
+		t.Errorf("reload within 700 ms after a learned 2 s: ok=%v err=%v", res.OK, err)
+	}
+}
+
+// A quiet time longer than the reload is learned at half of what was
+// waited, not all of it: learning all of it shrank a long quiet time by
+// only a quarter per reload (8 reloads and 3.5 s late after one slow one).
+func TestAnOverlongQuietTimeShrinksByHalf(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
+	writeConfig(t, cfg, testenv.FreePort(t), "")
+	cli := startMaster(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cli.WaitWorkerReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cli.mu.Lock()
+	cli.reexec = 4 * time.Second // a quiet time of a second: ten times a reload here
+	cli.mu.Unlock()
+	res, err := cli.Reload(ctx)
+	if err != nil || !res.OK {
+		t.Fatalf("reload: ok=%v err=%v", res.OK, err)
+	}
+	if res.Messages != "" {
+		t.Skip("2.7+ answers once the reload is done: no quiet time")
+	}
+	cli.mu.Lock()
+	got := cli.reexec
+	cli.mu.Unlock()
+	if got <= 0 || got > 750*time.Millisecond {
+		t.Errorf("after a second's quiet time and a reload of about 100 ms, learned %v, want about half a second", got)
 	}
 }
