@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -91,7 +92,11 @@ func echoes(prefixed, other string) bool {
 // printed once the worker says something else or stopsQuiet after the
 // last stop of any worker. Other processes' lines (the master's, while
 // the old worker stops) pass on meanwhile.
-func stopsSummed(w io.Writer) io.Writer { return &summer{w: w, runs: map[string]*stopRun{}} }
+func stopsSummed(w io.Writer) io.Writer { return newSummer(w, stopsQuiet) }
+
+func newSummer(w io.Writer, quiet time.Duration) *summer {
+	return &summer{w: w, quiet: quiet, runs: map[string]*stopRun{}}
+}
 
 const (
 	keptStops  = 3
@@ -100,6 +105,7 @@ const (
 
 type summer struct {
 	w     io.Writer
+	quiet time.Duration
 	mu    sync.Mutex
 	runs  map[string]*stopRun // by worker pid
 	order []string            // the runs' pids, earliest first
@@ -118,12 +124,16 @@ func (s *summer) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	pid, fe, be, ok := proxyStopped(line)
 	if !ok {
-		if pid := linePid(line); pid != "" && s.runs[pid] != nil {
-			if err := s.flushLocked(pid); err != nil {
-				return 0, err
+		// The worker says something else, or the master says it exited:
+		// its run has ended.
+		var ferr error
+		for _, pid := range []string{linePid(line), exitedWorker(line)} {
+			if pid != "" && s.runs[pid] != nil {
+				ferr = cmp.Or(ferr, s.flushLocked(pid))
 			}
 		}
-		return s.w.Write(p)
+		n, err := s.w.Write(p)
+		return n, cmp.Or(err, ferr)
 	}
 	r := s.runs[pid]
 	if r == nil {
@@ -132,9 +142,9 @@ func (s *summer) Write(p []byte) (int, error) {
 	}
 	r.n++
 	if s.timer == nil {
-		s.timer = time.AfterFunc(stopsQuiet, func() { _ = s.Flush() })
+		s.timer = time.AfterFunc(s.quiet, func() { _ = s.Flush() })
 	} else {
-		s.timer.Reset(stopsQuiet)
+		s.timer.Reset(s.quiet)
 	}
 	if r.n <= keptStops {
 		return s.w.Write(p)
@@ -169,6 +179,20 @@ func (s *summer) flushLocked(pid string) error {
 	_, err := fmt.Fprintf(s.w, "[WARNING]  (%s) : %d more proxies stopped (cumulated conns: FE: %d, BE: %d).\n",
 		pid, r.n-keptStops, r.fe, r.be)
 	return err
+}
+
+// exitedWorker is N of the master's "… worker (N) exited …"; "" for
+// other lines.
+func exitedWorker(line string) string {
+	_, rest, ok := strings.Cut(line, " worker (")
+	if !ok {
+		return ""
+	}
+	pid, _, ok := strings.Cut(rest, ") exited")
+	if !ok || pid == "" || strings.Trim(pid, "0123456789") != "" {
+		return ""
+	}
+	return pid
 }
 
 // linePid is the pid of "[LEVEL]  (pid) : message"; "" for other lines.

@@ -110,7 +110,8 @@ func stopLine(pid, i int) string {
 
 func TestAWorkersStopsAreSummedPastTheFirstFew(t *testing.T) {
 	var b syncBuffer
-	w := stopsSummed(&b)
+	s := newSummer(&b, time.Hour) // no run ends by the clock here
+	w := onceEach(s)
 	write := func(l string) {
 		t.Helper()
 		if n, err := w.Write([]byte(l)); err != nil || n != len(l) {
@@ -129,20 +130,76 @@ func TestAWorkersStopsAreSummedPastTheFirstFew(t *testing.T) {
 	for i := range 5 {
 		write(stopLine(14, i))
 	}
+	for i := range 4 {
+		write(stopLine(15, i))
+	}
+	write("[WARNING]  (1) : Former worker (15) exited with code 0 (Exit)\n") // the master's word on it
 	want := stopLine(12, 0) + stopLine(12, 1) + stopLine(12, 2) +
 		"[NOTICE]   (1) : New worker (13) forked\n" +
 		"[WARNING]  (12) : 8 more proxies stopped (cumulated conns: FE: 52, BE: 104).\n" + // 3+…+10
 		"[WARNING]  (12) : something else\n" +
 		stopLine(13, 0) + stopLine(13, 1) +
 		"[WARNING]  (1) : Former worker (12) exited with code 0 (Exit)\n" +
-		stopLine(14, 0) + stopLine(14, 1) + stopLine(14, 2)
+		stopLine(14, 0) + stopLine(14, 1) + stopLine(14, 2) +
+		stopLine(15, 0) + stopLine(15, 1) + stopLine(15, 2) +
+		"[WARNING]  (15) : 1 more proxies stopped (cumulated conns: FE: 3, BE: 6).\n" +
+		"[WARNING]  (1) : Former worker (15) exited with code 0 (Exit)\n"
 	if got := b.String(); got != want {
-		t.Errorf("before the quiet time:\n%s\nwant\n%s", got, want)
+		t.Errorf("before the end:\n%s\nwant\n%s", got, want)
 	}
-	// Nothing more comes: the last run is summed once it is quiet.
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	want += "[WARNING]  (14) : 2 more proxies stopped (cumulated conns: FE: 7, BE: 14).\n"
+	if got := b.String(); got != want {
+		t.Errorf("flushed:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// Nothing more comes: a run is summed once it has been quiet.
+func TestAQuietRunIsSummed(t *testing.T) {
+	var b syncBuffer
+	w := newSummer(&b, 10*time.Millisecond)
+	for i := range 5 {
+		if _, err := w.Write([]byte(stopLine(14, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := stopLine(14, 0) + stopLine(14, 1) + stopLine(14, 2) +
+		"[WARNING]  (14) : 2 more proxies stopped (cumulated conns: FE: 7, BE: 14).\n"
 	testenv.EventuallyExplained(t, 5*time.Second, "the quiet run summed", func() bool { return b.String() == want },
 		func() { t.Logf("got\n%s\nwant\n%s", b.String(), want) })
+}
+
+// failing fails every write of a line holding fail.
+type failing struct {
+	syncBuffer
+	fail string
+}
+
+func (f *failing) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), f.fail) {
+		return 0, fmt.Errorf("write refused")
+	}
+	return f.syncBuffer.Write(p)
+}
+
+// A sum that cannot be written does not take the line after it along.
+func TestALineAfterAFailedSumIsWritten(t *testing.T) {
+	f := &failing{fail: "more proxies"}
+	w := newSummer(f, time.Hour)
+	for i := range 5 {
+		if _, err := w.Write([]byte(stopLine(14, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const alert = "[ALERT]    (14) : something went wrong\n"
+	if _, err := w.Write([]byte(alert)); err == nil {
+		t.Error("the failed sum was not reported")
+	}
+	if !strings.HasSuffix(f.String(), alert) {
+		t.Errorf("the line after the failed sum was lost:\n%s", f.String())
+	}
 }
 
 // A reload of a configuration of a dozen proxies: the old worker's stop
