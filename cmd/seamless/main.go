@@ -51,7 +51,8 @@ const minHeadroom = 4 << 20
 // 150 MB took 45 MB more at 30 %. There (make bench-peer -sizes 10000x10
 // -tools builtin -direct, one run each) GOGC=16 gave RSS after changes /
 // peak 222 / 229 MiB against 248 / 252 at 30, for 148 ms of CPU per
-// change against 124.
+// change against 124; this bound gave 230 / 230 at 124 ms, and 233 / 233
+// at 138 in a later run.
 const (
 	maxHeadroom = 24 << 20
 	leastGOGC   = 15

@@ -14,6 +14,7 @@
 package gcheadroom
 
 import (
+	"math"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -45,10 +46,16 @@ func (h Headroom) For(live uint64) int {
 	}
 	p := h.Percent
 	if h.Ceiling > 0 {
-		p = max(min(p, int(h.Ceiling*100/live)), h.LeastPercent, 1)
+		p = max(min(p, percentOf(h.Ceiling, live, math.Floor)), min(h.LeastPercent, p), 1)
 	}
-	need := int((h.Floor*100 + live - 1) / live)
+	need := percentOf(h.Floor, live, math.Ceil)
 	return min(max(p, need), max(h.Percent, maxPercent))
+}
+
+// percentOf is bytes as a percentage of live, rounded by round, at most
+// a billion: in floating point, since bytes*100 may not fit 64 bits.
+func percentOf(bytes, live uint64, round func(float64) float64) int {
+	return int(min(round(float64(bytes)*100/float64(live)), 1e9))
 }
 
 // tuner re-reads the live heap after every collection.

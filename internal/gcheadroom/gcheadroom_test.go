@@ -56,6 +56,15 @@ func TestPercentWithACeiling(t *testing.T) {
 	if got := (Headroom{Percent: 30, Ceiling: 1}).For(1 << 30); got != 1 {
 		t.Errorf("no least percent: %d, want 1 (GOGC=0 turns the collector off)", got)
 	}
+	if got := (Headroom{Percent: 30, Ceiling: 24 * MiB, LeastPercent: 50}).For(100 * MiB); got != 30 {
+		t.Errorf("a least percent above the percent: %d, want the percent, 30, not more", got)
+	}
+	if got := (Headroom{Percent: 30, Ceiling: 1 << 62}).For(1); got != 30 {
+		t.Errorf("a ceiling whose percentage does not fit 64 bits: %d, want 30", got)
+	}
+	if got := (Headroom{Percent: 30, Floor: 1 << 62}).For(1 << 20); got != 100 {
+		t.Errorf("a floor whose percentage does not fit 64 bits: %d, want 100", got)
+	}
 }
 
 // gogc reads the GOGC in effect.
