@@ -89,9 +89,10 @@ func echoes(prefixed, other string) bool {
 // its proxies as it stops (the old worker, after every reload: a
 // thousand lines at a thousand services) only the first keptStops; the
 // rest become one line with their number and their connections summed,
-// printed once the worker says something else or stopsQuiet after the
-// last stop of any worker. Other processes' lines (the master's, while
-// the old worker stops) pass on meanwhile.
+// printed once the worker says something else, the master says it
+// exited, stopsQuiet passed after the last stop of any worker, or
+// HAProxy's output ended (Flush). Other processes' lines (the master's,
+// while the old worker stops) pass on meanwhile.
 func stopsSummed(w io.Writer) io.Writer { return newSummer(w, stopsQuiet) }
 
 func newSummer(w io.Writer, quiet time.Duration) *summer {
