@@ -545,27 +545,45 @@ func TestQuietAfterReload(t *testing.T) {
 // time, and their outcomes, a success and a refused bind, are the same as
 // without it: TestMasterCLIReload. Here: a reload that needs longer than
 // its quiet time, or less, is confirmed.
-func TestAReloadSlowerThanTheLastIsConfirmed(t *testing.T) {
+// readyMaster starts a master on a configuration of one frontend, and
+// returns it once its worker serves, with a context for the test, the
+// configuration's path and the frontend's port.
+func readyMaster(t *testing.T) (*MasterCLI, context.Context, string, int) {
+	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
-	writeConfig(t, cfg, testenv.FreePort(t), "")
+	port := testenv.FreePort(t)
+	writeConfig(t, cfg, port, "")
 	cli := startMaster(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	if _, err := cli.WaitWorkerReady(ctx); err != nil {
 		t.Fatal(err)
 	}
+	return cli, ctx, cfg, port
+}
+
+func (m *MasterCLI) setReexec(d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reexec = d
+}
+
+func (m *MasterCLI) learned() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.reexec
+}
+
+func TestAReloadSlowerThanTheLastIsConfirmed(t *testing.T) {
+	cli, ctx, _, _ := readyMaster(t)
 	if res, err := cli.Reload(ctx); err != nil || !res.OK {
 		t.Fatalf("first reload: ok=%v err=%v", res.OK, err)
 	}
-	cli.mu.Lock()
-	cli.reexec = time.Nanosecond // a quiet time far shorter than the reload
-	cli.mu.Unlock()
+	cli.setReexec(time.Nanosecond) // a quiet time far shorter than the reload
 	if res, err := cli.Reload(ctx); err != nil || !res.OK {
 		t.Fatalf("reload after a short quiet time: ok=%v err=%v", res.OK, err)
 	}
-	cli.mu.Lock()
-	cli.reexec = 10 * time.Second // a quiet time of a second, longer than the reload
-	cli.mu.Unlock()
+	cli.setReexec(10 * time.Second) // a quiet time of a second, longer than the reload
 	before, err := cli.ShowProc(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -580,32 +598,17 @@ func TestAReloadSlowerThanTheLastIsConfirmed(t *testing.T) {
 // and waiting that out before the next, good, reload's outcome delayed it
 // by as much. On 2.7+, which answer once the reload is done, nothing is.
 func TestOnlyAGoodReloadsTimeIsLearned(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
-	port := testenv.FreePort(t)
-	writeConfig(t, cfg, port, "")
-	cli := startMaster(t, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := cli.WaitWorkerReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	learned := func() time.Duration {
-		cli.mu.Lock()
-		defer cli.mu.Unlock()
-		return cli.reexec
-	}
+	cli, ctx, cfg, port := readyMaster(t)
 	res, err := cli.Reload(ctx)
 	if err != nil || !res.OK {
 		t.Fatalf("good reload: ok=%v err=%v", res.OK, err)
 	}
 	answered := res.Messages != "" // 2.7+
-	if got := learned(); answered && got != 0 || !answered && got <= 0 {
+	if got := cli.learned(); answered && got != 0 || !answered && got <= 0 {
 		t.Errorf("after a good reload (answered by the master: %v) the learned time is %v", answered, got)
 	}
 	const marker = 7 * time.Millisecond
-	cli.mu.Lock()
-	cli.reexec = marker
-	cli.mu.Unlock()
+	cli.setReexec(marker)
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -615,7 +618,7 @@ func TestOnlyAGoodReloadsTimeIsLearned(t *testing.T) {
 	if res, err := cli.Reload(ctx); err != nil || res.OK {
 		t.Fatalf("reload with a busy bind: ok=%v err=%v", res.OK, err)
 	}
-	if got := learned(); got != marker {
+	if got := cli.learned(); got != marker {
 		t.Errorf("a failed reload changed the learned time from %v to %v", marker, got)
 	}
 }
@@ -624,17 +627,8 @@ func TestOnlyAGoodReloadsTimeIsLearned(t *testing.T) {
 // for the outcome in time: a reload done in about 100 ms was reported
 // unconfirmed after a learned 2 s and a deadline of 700 ms.
 func TestTheQuietTimeLeavesRoomBeforeTheDeadline(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
-	writeConfig(t, cfg, testenv.FreePort(t), "")
-	cli := startMaster(t, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := cli.WaitWorkerReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	cli.mu.Lock()
-	cli.reexec = 2 * time.Second
-	cli.mu.Unlock()
+	cli, ctx, _, _ := readyMaster(t)
+	cli.setReexec(2 * time.Second)
 	rctx, rcancel := context.WithTimeout(ctx, 700*time.Millisecond)
 	defer rcancel()
 	if res, err := cli.Reload(rctx); err != nil || !res.OK {
@@ -646,17 +640,8 @@ func TestTheQuietTimeLeavesRoomBeforeTheDeadline(t *testing.T) {
 // waited, not all of it: learning all of it shrank a long quiet time by
 // only a quarter per reload (8 reloads and 3.5 s late after one slow one).
 func TestAnOverlongQuietTimeShrinksByHalf(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
-	writeConfig(t, cfg, testenv.FreePort(t), "")
-	cli := startMaster(t, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := cli.WaitWorkerReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	cli.mu.Lock()
-	cli.reexec = 4 * time.Second // a quiet time of a second: ten times a reload here
-	cli.mu.Unlock()
+	cli, ctx, _, _ := readyMaster(t)
+	cli.setReexec(4 * time.Second) // a quiet time of a second: ten times a reload here
 	res, err := cli.Reload(ctx)
 	if err != nil || !res.OK {
 		t.Fatalf("reload: ok=%v err=%v", res.OK, err)
@@ -664,9 +649,7 @@ func TestAnOverlongQuietTimeShrinksByHalf(t *testing.T) {
 	if res.Messages != "" {
 		t.Skip("2.7+ answers once the reload is done: no quiet time")
 	}
-	cli.mu.Lock()
-	got := cli.reexec
-	cli.mu.Unlock()
+	got := cli.learned()
 	if got <= 0 || got > 750*time.Millisecond {
 		t.Errorf("after a second's quiet time and a reload of about 100 ms, learned %v, want about half a second", got)
 	}

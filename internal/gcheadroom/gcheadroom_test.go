@@ -94,14 +94,13 @@ func eventually(t *testing.T, what string, want func(int) bool) {
 func TestTheTunerFollowsTheLiveHeap(t *testing.T) {
 	stop := Start(Headroom{Percent: 30, Floor: 4 << 20})
 	defer stop()
-	eventually := func(what string, want func(int) bool) { t.Helper(); eventually(t, what, want) }
 	keep = nil
-	eventually("a live heap of a few hundred kilobytes: Go's default", func(p int) bool { return p == 100 })
+	eventually(t, "a live heap of a few hundred kilobytes: Go's default", func(p int) bool { return p == 100 })
 	keep = make([]byte, 256<<20)
 	keep[len(keep)-1] = 1
-	eventually("a live heap of 256 MiB: the fraction", func(p int) bool { return p == 30 })
+	eventually(t, "a live heap of 256 MiB: the fraction", func(p int) bool { return p == 30 })
 	keep = nil
-	eventually("the heap small again", func(p int) bool { return p == 100 })
+	eventually(t, "the heap small again", func(p int) bool { return p == 100 })
 	stop()
 	runtime.GC()
 	if p := gogc(); p != 30 {
