@@ -184,28 +184,24 @@ func (s *summer) flushLocked(pid string) error {
 
 // exitedWorker is N of the master's "… worker (N) exited …"; "" for
 // other lines.
-func exitedWorker(line string) string {
-	_, rest, ok := strings.Cut(line, " worker (")
-	if !ok {
-		return ""
-	}
-	pid, _, ok := strings.Cut(rest, ") exited")
-	if !ok || pid == "" || strings.Trim(pid, "0123456789") != "" {
-		return ""
-	}
-	return pid
-}
+func exitedWorker(line string) string { return pidBetween(line, " worker (", ") exited") }
 
 // linePid is the pid of "[LEVEL]  (pid) : message"; "" for other lines.
 func linePid(line string) string {
 	if !strings.HasPrefix(line, "[") {
 		return ""
 	}
-	_, rest, ok := strings.Cut(line, "(")
+	return pidBetween(line, "(", ") : ")
+}
+
+// pidBetween is the number between the first open in line and the close
+// after it; "" when there is none.
+func pidBetween(line, open, close string) string {
+	_, rest, ok := strings.Cut(line, open)
 	if !ok {
 		return ""
 	}
-	pid, _, ok := strings.Cut(rest, ") : ")
+	pid, _, ok := strings.Cut(rest, close)
 	if !ok || pid == "" || strings.Trim(pid, "0123456789") != "" {
 		return ""
 	}
