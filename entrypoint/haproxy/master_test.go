@@ -507,6 +507,14 @@ func refusedAndRead(t *testing.T, ctx context.Context, rt Runtime) {
 // test, and returns its master CLI.
 func startMaster(t *testing.T, cfg string) *MasterCLI {
 	t.Helper()
+	devnull, _ := os.Open(os.DevNull)
+	defer devnull.Close()
+	return startMasterTo(t, cfg, devnull)
+}
+
+// startMasterTo is startMaster with HAProxy's output going to out.
+func startMasterTo(t *testing.T, cfg string, out *os.File) *MasterCLI {
+	t.Helper()
 	bin := testenv.HAProxy(t)
 	rp := startReaper(t)
 	sock := filepath.Join(filepath.Dir(cfg), "master.sock")
@@ -514,7 +522,7 @@ func startMaster(t *testing.T, cfg string) *MasterCLI {
 	devnull, _ := os.Open(os.DevNull)
 	defer devnull.Close()
 	master, err := rp.Start(path, []string{bin, "-W", "-db", "-S", sock, "-f", cfg}, &syscall.ProcAttr{
-		Env: CleanEnv(os.Environ()), Files: []uintptr{devnull.Fd(), devnull.Fd(), devnull.Fd()},
+		Env: CleanEnv(os.Environ()), Files: []uintptr{devnull.Fd(), out.Fd(), out.Fd()},
 		Sys: &syscall.SysProcAttr{Setpgid: true},
 	})
 	if err != nil {
@@ -652,5 +660,48 @@ func TestAnOverlongQuietTimeShrinksByHalf(t *testing.T) {
 	got := cli.learned()
 	if got <= 0 || got > 750*time.Millisecond {
 		t.Errorf("after a second's quiet time and a reload of about 100 ms, learned %v, want about half a second", got)
+	}
+}
+
+// HAProxy 2.6 re-executes without a word on the CLI, and its outcome was
+// polled every 2 ms for as long (some 290 ms for 2000 backends here: 88
+// polls). The polls now grow apart, up to maxPollDelay.
+func TestAReloadIsPolledLessOftenAsItLasts(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
+	var backends strings.Builder
+	for i := range 2000 {
+		fmt.Fprintf(&backends, "backend b%d\n    server s 127.0.0.1:%d\n", i, 1024+i)
+	}
+	writeConfig(t, cfg, testenv.FreePort(t), "")
+	f, err := os.OpenFile(cfg, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(backends.String()); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	cli := startMaster(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := cli.WaitWorkerReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		cli.setReexec(0) // no quiet time: the polls alone find the outcome
+		start := time.Now()
+		res, err := cli.Reload(ctx)
+		took := time.Since(start)
+		if err != nil || !res.OK {
+			t.Fatalf("reload: ok=%v err=%v", res.OK, err)
+		}
+		if res.Messages != "" {
+			t.Skip("2.7+ answers the reload itself: nothing is polled")
+		}
+		t.Logf("%d polls in %v", res.Polls, took.Round(time.Millisecond))
+		// 1, 2 and 4 ms apart, then maxPollDelay.
+		if most := int(took/maxPollDelay) + 4; res.Polls > most {
+			t.Errorf("%d polls in %v, want at most %d", res.Polls, took, most)
+		}
 	}
 }
