@@ -223,6 +223,9 @@ func (a *Applier) write(ctx context.Context, data []byte, files []model.File, ch
 	if err := writeFiles(files); err != nil {
 		return err
 	}
+	if check == vouched {
+		return a.writeVouched(data)
+	}
 	cand := a.opts.Path + ".new"
 	if err := WriteFile(cand, data, 0o640); err != nil {
 		return &WriteError{Path: cand, Err: err}
@@ -232,17 +235,33 @@ func (a *Applier) write(ctx context.Context, data []byte, files []model.File, ch
 		if err := a.opts.Validate(ctx, cand); err != nil {
 			return err
 		}
-	case check == vouched && a.opts.Vouch != nil:
-		if err := a.opts.Vouch(cand); err != nil {
-			// The reload's own check, if any, runs in full.
-			a.log.Debug("cannot vouch for the candidate", "path", cand, "err", err)
-		}
 	}
 	if err := os.Rename(cand, a.opts.Path); err != nil {
 		return &WriteError{Path: a.opts.Path, Err: err}
 	}
 	if err := syncDir(filepath.Dir(a.opts.Path)); err != nil {
 		return &WriteError{Path: filepath.Dir(a.opts.Path), Err: err}
+	}
+	a.running, a.taken, a.backoff = data, false, 0
+	return nil
+}
+
+// writeVouched puts data in place at once: nothing refuses it before the
+// reload (serversOnly), so it needs no candidate's name, and the
+// directory is synced later, with the snapshots (save), as after a
+// runtime change. Two renames and two syncs of the directory were a
+// tenth of seamless's CPU per change with a template at 100 × 10.
+func (a *Applier) writeVouched(data []byte) error {
+	f := stageFile(a.opts.Path, data, 0o640)
+	if err := f.commit(); err != nil {
+		return &WriteError{Path: a.opts.Path, Err: err}
+	}
+	a.unsynced.Store(true)
+	if a.opts.Vouch != nil {
+		if err := a.opts.Vouch(a.opts.Path); err != nil {
+			// The reload's own check, if any, runs in full.
+			a.log.Debug("cannot vouch for the configuration", "path", a.opts.Path, "err", err)
+		}
 	}
 	a.running, a.taken, a.backoff = data, false, 0
 	return nil
