@@ -226,12 +226,13 @@ func (a *Applier) write(ctx context.Context, data []byte, files []model.File, ch
 	if check == vouched {
 		return a.writeVouched(data)
 	}
+	// The candidate's own name need not outlive a crash: its directory
+	// is synced once it is renamed into place.
 	cand := a.opts.Path + ".new"
-	if err := WriteFile(cand, data, 0o640); err != nil {
+	if err := stageFile(cand, data, 0o640).commit(); err != nil {
 		return &WriteError{Path: cand, Err: err}
 	}
-	switch {
-	case check == validated:
+	if check == validated {
 		if err := a.opts.Validate(ctx, cand); err != nil {
 			return err
 		}
@@ -239,10 +240,15 @@ func (a *Applier) write(ctx context.Context, data []byte, files []model.File, ch
 	if err := os.Rename(cand, a.opts.Path); err != nil {
 		return &WriteError{Path: a.opts.Path, Err: err}
 	}
-	if err := syncDir(filepath.Dir(a.opts.Path)); err != nil {
-		return &WriteError{Path: filepath.Dir(a.opts.Path), Err: err}
-	}
 	a.running, a.taken, a.backoff = data, false, 0
+	if err := syncDir(filepath.Dir(a.opts.Path)); err != nil {
+		// The file has its name: it is what the reload loads, or the
+		// file on disk would not be what runs. The next save syncs
+		// the directory again.
+		a.unsynced.Store(true)
+		a.log.Warn("cannot sync the configuration's directory; trying again at the next save",
+			"path", a.opts.Path, "err", err)
+	}
 	return nil
 }
 

@@ -2,6 +2,7 @@ package apply
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -318,6 +319,43 @@ func TestAMovedServersReloadSyncsTheDirectoryWithTheSnapshots(t *testing.T) {
 	<-done
 	if _, dir := syncs.read(); dir != 1 {
 		t.Errorf("after the stop: the directory synced %d times, want 1", dir)
+	}
+}
+
+// A directory that cannot be synced once a checked configuration took its
+// name does not stop the reload: the file on disk stays what runs, and
+// the directory is synced again at the next save. It used to end the
+// apply as a write error, with the new file in place and HAProxy running
+// the previous one.
+func TestAFailedDirectorySyncAfterTheRenameStillReloads(t *testing.T) {
+	src := newSource("consul")
+	r := newRig(t, t.TempDir(), portLines{}, src)
+	sendPorts(src, 8080, 8081)
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	r.a.saving.Wait()
+	onFsync(t, func(name string) error {
+		if name == filepath.Dir(r.path) {
+			return errors.New("I/O error")
+		}
+		return nil
+	})
+	r.a.savedAt = time.Now() // no save due during the change
+	r.run(t)
+	many := make([]int, maxServerChanges+3) // too many added at once: checked
+	for i := range many {
+		many[i] = 7000 + i
+	}
+	sendPorts(src, many...)
+	testenv.Eventually(t, 5*time.Second, "the checked change reloaded, in the file", func() bool {
+		return r.reloadCount() == 1 && r.file(t) == portsFile(many...)
+	})
+	if r.checkCount() != 2 {
+		t.Errorf("%d checks, want 2 (the start's and the change's)", r.checkCount())
+	}
+	if !r.logged("cannot sync the configuration's directory") {
+		t.Error("the failed sync is not logged")
 	}
 }
 
