@@ -97,14 +97,11 @@ func TestAVouchedCandidateIsNotCheckedAtTheReload(t *testing.T) {
 	vouch := candidateVoucher(v, path)
 	ctx := context.Background()
 
-	cand := path + ".new"
-	if err := apply.WriteFile(cand, cfg(8081), 0o644); err != nil {
+	// As the applier does: the file in place, vouched for there.
+	if err := apply.WriteFile(path, cfg(8081), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := vouch(cand); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(cand, path); err != nil {
+	if err := vouch(path); err != nil {
 		t.Fatal(err)
 	}
 	if err := v.Check(ctx); err != nil { // the reloader's
@@ -120,10 +117,10 @@ func TestAVouchedCandidateIsNotCheckedAtTheReload(t *testing.T) {
 		t.Errorf("a check after the vouched one ran haproxy -c %d times in all, want 1", n)
 	}
 	// Vouched bytes that are not what the reloader then reads: checked.
-	if err := apply.WriteFile(cand, cfg(8082), 0o644); err != nil {
+	if err := apply.WriteFile(path, cfg(8082), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := vouch(cand); err != nil {
+	if err := vouch(path); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(path, []byte("bogus-keyword\n"), 0o644); err != nil {
@@ -167,14 +164,11 @@ func TestAVouchedReloadDoesNotTakeARefusedCandidatesBinds(t *testing.T) {
 	if err := check(ctx, cand); err != nil {
 		t.Fatal(err)
 	}
-	// A move, vouched for and reloaded.
-	if err := apply.WriteFile(cand, cfg(8081, false), 0o644); err != nil {
+	// A move, in place, vouched for there and reloaded.
+	if err := apply.WriteFile(path, cfg(8081, false), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := vouch(cand); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(cand, path); err != nil {
+	if err := vouch(path); err != nil {
 		t.Fatal(err)
 	}
 	if err := v.Check(ctx); err != nil {
