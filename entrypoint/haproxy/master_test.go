@@ -507,14 +507,6 @@ func refusedAndRead(t *testing.T, ctx context.Context, rt Runtime) {
 // test, and returns its master CLI.
 func startMaster(t *testing.T, cfg string) *MasterCLI {
 	t.Helper()
-	devnull, _ := os.Open(os.DevNull)
-	defer devnull.Close()
-	return startMasterTo(t, cfg, devnull)
-}
-
-// startMasterTo is startMaster with HAProxy's output going to out.
-func startMasterTo(t *testing.T, cfg string, out *os.File) *MasterCLI {
-	t.Helper()
 	bin := testenv.HAProxy(t)
 	rp := startReaper(t)
 	sock := filepath.Join(filepath.Dir(cfg), "master.sock")
@@ -522,7 +514,7 @@ func startMasterTo(t *testing.T, cfg string, out *os.File) *MasterCLI {
 	devnull, _ := os.Open(os.DevNull)
 	defer devnull.Close()
 	master, err := rp.Start(path, []string{bin, "-W", "-db", "-S", sock, "-f", cfg}, &syscall.ProcAttr{
-		Env: CleanEnv(os.Environ()), Files: []uintptr{devnull.Fd(), out.Fd(), out.Fd()},
+		Env: CleanEnv(os.Environ()), Files: []uintptr{devnull.Fd(), devnull.Fd(), devnull.Fd()},
 		Sys: &syscall.SysProcAttr{Setpgid: true},
 	})
 	if err != nil {
@@ -549,18 +541,27 @@ func TestQuietAfterReload(t *testing.T) {
 	}
 }
 
-// The second and third reloads are polled after the first one's quiet
-// time, and their outcomes, a success and a refused bind, are the same as
-// without it: TestMasterCLIReload. Here: a reload that needs longer than
-// its quiet time, or less, is confirmed.
-// readyMaster starts a master on a configuration of one frontend, and
-// returns it once its worker serves, with a context for the test, the
-// configuration's path and the frontend's port.
-func readyMaster(t *testing.T) (*MasterCLI, context.Context, string, int) {
+// readyMaster starts a master on a configuration of one frontend and the
+// sections after it, and returns it once its worker serves, with a
+// context for the test, the configuration's path and the frontend's port.
+func readyMaster(t *testing.T, sections string) (*MasterCLI, context.Context, string, int) {
 	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
 	port := testenv.FreePort(t)
 	writeConfig(t, cfg, port, "")
+	if sections != "" {
+		f, err := os.OpenFile(cfg, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = f.WriteString(sections)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	cli := startMaster(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
@@ -582,8 +583,12 @@ func (m *MasterCLI) learned() time.Duration {
 	return m.reexec
 }
 
+// The second and third reloads are polled after the first one's quiet
+// time, and their outcomes, a success and a refused bind, are the same as
+// without it: TestMasterCLIReload. Here: a reload that needs longer than
+// its quiet time, or less, is confirmed.
 func TestAReloadSlowerThanTheLastIsConfirmed(t *testing.T) {
-	cli, ctx, _, _ := readyMaster(t)
+	cli, ctx, _, _ := readyMaster(t, "")
 	if res, err := cli.Reload(ctx); err != nil || !res.OK {
 		t.Fatalf("first reload: ok=%v err=%v", res.OK, err)
 	}
@@ -606,7 +611,7 @@ func TestAReloadSlowerThanTheLastIsConfirmed(t *testing.T) {
 // and waiting that out before the next, good, reload's outcome delayed it
 // by as much. On 2.7+, which answer once the reload is done, nothing is.
 func TestOnlyAGoodReloadsTimeIsLearned(t *testing.T) {
-	cli, ctx, cfg, port := readyMaster(t)
+	cli, ctx, cfg, port := readyMaster(t, "")
 	res, err := cli.Reload(ctx)
 	if err != nil || !res.OK {
 		t.Fatalf("good reload: ok=%v err=%v", res.OK, err)
@@ -635,7 +640,7 @@ func TestOnlyAGoodReloadsTimeIsLearned(t *testing.T) {
 // for the outcome in time: a reload done in about 100 ms was reported
 // unconfirmed after a learned 2 s and a deadline of 700 ms.
 func TestTheQuietTimeLeavesRoomBeforeTheDeadline(t *testing.T) {
-	cli, ctx, _, _ := readyMaster(t)
+	cli, ctx, _, _ := readyMaster(t, "")
 	cli.setReexec(2 * time.Second)
 	rctx, rcancel := context.WithTimeout(ctx, 700*time.Millisecond)
 	defer rcancel()
@@ -648,7 +653,7 @@ func TestTheQuietTimeLeavesRoomBeforeTheDeadline(t *testing.T) {
 // waited, not all of it: learning all of it shrank a long quiet time by
 // only a quarter per reload (8 reloads and 3.5 s late after one slow one).
 func TestAnOverlongQuietTimeShrinksByHalf(t *testing.T) {
-	cli, ctx, _, _ := readyMaster(t)
+	cli, ctx, _, _ := readyMaster(t, "")
 	cli.setReexec(4 * time.Second) // a quiet time of a second: ten times a reload here
 	res, err := cli.Reload(ctx)
 	if err != nil || !res.OK {
@@ -667,26 +672,11 @@ func TestAnOverlongQuietTimeShrinksByHalf(t *testing.T) {
 // polled every 2 ms for as long (some 290 ms for 2000 backends here: 88
 // polls). The polls now grow apart, up to maxPollDelay.
 func TestAReloadIsPolledLessOftenAsItLasts(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
 	var backends strings.Builder
 	for i := range 2000 {
 		fmt.Fprintf(&backends, "backend b%d\n    server s 127.0.0.1:%d\n", i, 1024+i)
 	}
-	writeConfig(t, cfg, testenv.FreePort(t), "")
-	f, err := os.OpenFile(cfg, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteString(backends.String()); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	cli := startMaster(t, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if _, err := cli.WaitWorkerReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cli, ctx, _, _ := readyMaster(t, backends.String())
 	for range 3 {
 		cli.setReexec(0) // no quiet time: the polls alone find the outcome
 		start := time.Now()
