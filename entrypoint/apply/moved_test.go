@@ -286,12 +286,10 @@ func TestAServerChangeIsReloadedWithoutACheck(t *testing.T) {
 	step(6, 2, 5, portsFile(moved...), moved...)
 }
 
-// A reload of moved servers, which nothing checks before HAProxy, puts
-// the file under its name at once: one sync of the file, and none of its
-// directory until the snapshots are saved. A candidate's name, its two
-// renames and a sync of the directory after each were a tenth of
-// seamless's CPU per change with a template at 100 × 10.
-func TestAMovedServersReloadSyncsTheDirectoryWithTheSnapshots(t *testing.T) {
+// startedOnPorts is a rig on portLines started with servers on 8080 and
+// 8081, its first snapshots saved.
+func startedOnPorts(t *testing.T) (*rig, *fakeSource) {
+	t.Helper()
 	src := newSource("consul")
 	r := newRig(t, t.TempDir(), portLines{}, src)
 	sendPorts(src, 8080, 8081)
@@ -299,6 +297,16 @@ func TestAMovedServersReloadSyncsTheDirectoryWithTheSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.a.saving.Wait()
+	return r, src
+}
+
+// A reload of moved servers, which nothing checks before HAProxy, puts
+// the file under its name at once: one sync of the file, and none of its
+// directory until the snapshots are saved. A candidate's name, its two
+// renames and a sync of the directory after each were a tenth of
+// seamless's CPU per change with a template at 100 × 10.
+func TestAMovedServersReloadSyncsTheDirectoryWithTheSnapshots(t *testing.T) {
+	r, src := startedOnPorts(t)
 	syncs := recordSyncs(t, r.path)
 	r.a.savedAt = time.Now() // no save due during the change
 	ctx, cancel := context.WithCancel(context.Background())
@@ -328,13 +336,7 @@ func TestAMovedServersReloadSyncsTheDirectoryWithTheSnapshots(t *testing.T) {
 // apply as a write error, with the new file in place and HAProxy running
 // the previous one.
 func TestAFailedDirectorySyncAfterTheRenameStillReloads(t *testing.T) {
-	src := newSource("consul")
-	r := newRig(t, t.TempDir(), portLines{}, src)
-	sendPorts(src, 8080, 8081)
-	if err := r.a.Start(startCtx(t, r)); err != nil {
-		t.Fatal(err)
-	}
-	r.a.saving.Wait()
+	r, src := startedOnPorts(t)
 	onFsync(t, func(name string) error {
 		if name == filepath.Dir(r.path) {
 			return errors.New("I/O error")
