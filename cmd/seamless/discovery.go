@@ -174,7 +174,7 @@ type discovery struct {
 // SEAMLESS_STATE_DIR/haproxy.cfg, which cl is pointed at. The reloader is
 // given later, once it exists; serving is closed once HAProxy serves.
 func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.CommandLine, validate func(context.Context, string) error,
-	vouch func(string) error, reloader func() *reload.Reloader, cli *haproxy.MasterCLI, m *metrics.Metrics, hosts func([]string), serving <-chan struct{},
+	vouch func(string, []byte) error, reloader func() *reload.Reloader, cli *haproxy.MasterCLI, m *metrics.Metrics, hosts func([]string), serving <-chan struct{},
 	log *slog.Logger) (*discovery, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return nil, fmt.Errorf("SEAMLESS_STATE_DIR: %w", err)
@@ -319,10 +319,11 @@ func candidateValidator(v *haproxy.Validator, path string) func(context.Context,
 	return func(ctx context.Context, cand string) error { return candidate(v, path, cand).Check(ctx) }
 }
 
-// candidateVoucher vouches for a candidate file as candidateValidator
-// would check it: the reloader's check of the file it becomes passes.
-func candidateVoucher(v *haproxy.Validator, path string) func(string) error {
-	return func(cand string) error { return candidate(v, path, cand).Vouch() }
+// candidateVoucher vouches for a candidate file, whose content is data, as
+// candidateValidator would check it: the reloader's check of the file it
+// becomes passes.
+func candidateVoucher(v *haproxy.Validator, path string) func(string, []byte) error {
+	return func(cand string, data []byte) error { return candidate(v, path, cand).Vouch(cand, data) }
 }
 
 // candidate is v with the rendered file path swapped for cand, whose

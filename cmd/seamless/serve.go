@@ -123,7 +123,7 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 		validate := func(ctx context.Context, cand string) error {
 			return candidateValidator(checker, cl.ConfigFiles[0])(ctx, cand)
 		}
-		vouch := func(cand string) error { return candidateVoucher(checker, cl.ConfigFiles[0])(cand) }
+		vouch := func(cand string, data []byte) error { return candidateVoucher(checker, cl.ConfigFiles[0])(cand, data) }
 		disc, err = startDiscovery(startCtx, cfg, cl, validate, vouch, func() *reload.Reloader { return rl },
 			haproxy.NewMasterCLI(cl.MasterSocket), m, hc.hostsFunc(), serving, log)
 		if err != nil && startCtx.Err() != nil {

@@ -48,8 +48,9 @@ type Options struct {
 	Validate func(ctx context.Context, path string) error
 	// Vouch, when set, is told of a candidate written without Validate
 	// because it differs from what runs only in moved servers, so that
-	// what checks the file again before the reload can pass it as well.
-	Vouch func(path string) error
+	// what checks the file again before the reload can pass it as well;
+	// data is the content written to path.
+	Vouch func(path string, data []byte) error
 	// FirstUnchecked: when Path does not exist, so that no HAProxy runs a
 	// configuration a bad one could replace, the first is written without
 	// Validate and HAProxy's start is its check. That start parses the

@@ -264,7 +264,7 @@ func (a *Applier) writeVouched(data []byte) error {
 	}
 	a.unsynced.Store(true)
 	if a.opts.Vouch != nil {
-		if err := a.opts.Vouch(a.opts.Path); err != nil {
+		if err := a.opts.Vouch(a.opts.Path, data); err != nil {
 			// The reload's own check, if any, runs in full.
 			a.log.Debug("cannot vouch for the configuration", "path", a.opts.Path, "err", err)
 		}

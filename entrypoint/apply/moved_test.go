@@ -230,7 +230,7 @@ func TestAServerChangeIsReloadedWithoutACheck(t *testing.T) {
 	src := newSource("consul")
 	r := newRig(t, t.TempDir(), portLines{}, src)
 	var vouched []string // candidates vouched for, under r.mu
-	r.a.opts.Vouch = func(path string) error {
+	r.a.opts.Vouch = func(path string, _ []byte) error {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		vouched = append(vouched, path)

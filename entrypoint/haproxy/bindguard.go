@@ -125,8 +125,14 @@ func (g *BindGuard) Check(files []string) error {
 // configuration that differs from what runs only in its servers binds
 // what runs. Without it, Loaded after that candidate's reload would take
 // the binds of an earlier candidate HAProxy refused as running.
-func (g *BindGuard) Vouch(files []string) {
-	binds, err := g.parse(files)
+// contents are the files' bytes, in order; nil when they could not be
+// read, and then nothing is taken as running after the reload.
+func (g *BindGuard) Vouch(files []string, contents [][]byte) {
+	var binds []Bind
+	err := errors.New("not read")
+	if contents != nil {
+		binds, err = parseBindContents(files, contents, g.getenv)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.checked, g.passed = binds, err == nil

@@ -2,7 +2,9 @@ package haproxy
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"strconv"
@@ -69,10 +71,30 @@ func parseBindFile(path string, getenv func(string) (string, bool)) ([]Bind, err
 		return nil, err
 	}
 	defer f.Close()
+	return parseBindReader(path, f, make([]byte, 64*1024), getenv)
+}
+
+// parseBindContents is ParseBinds of files whose contents are read.
+func parseBindContents(files []string, contents [][]byte, getenv func(string) (string, bool)) ([]Bind, error) {
+	var out []Bind
+	for i, f := range files {
+		// In memory, a buffer grows only for a line longer than its start.
+		b, err := parseBindReader(f, bytes.NewReader(contents[i]), make([]byte, 4096), getenv)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, b...)
+	}
+	return out, nil
+}
+
+// parseBindReader is parseBindFile of r, path's content, scanned through
+// buf; a line may grow it to 1 MiB.
+func parseBindReader(path string, r io.Reader, buf []byte, getenv func(string) (string, bool)) ([]Bind, error) {
 	var out []Bind
 	section, depth, n := "", 0, 0
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(buf, 1024*1024)
 	for sc.Scan() {
 		n++
 		if w, plain := firstWord(sc.Bytes()); plain && !keyword(w) {

@@ -106,16 +106,37 @@ func (p *Passed) take(sum [sha256.Size]byte) bool {
 // digest hashes the contents of files in order (their names aside: a
 // candidate and the file it is renamed to load the same).
 func digest(files []string) ([sha256.Size]byte, error) {
-	h := sha256.New()
-	for _, f := range files {
+	contents, err := readFiles(files, "", nil)
+	if err != nil {
+		return [sha256.Size]byte{}, err
+	}
+	return sumContents(contents), nil
+}
+
+// readFiles reads files in order, except path, whose content is data.
+func readFiles(files []string, path string, data []byte) ([][]byte, error) {
+	contents := make([][]byte, len(files))
+	for i, f := range files {
+		if f == path && path != "" {
+			contents[i] = data
+			continue
+		}
 		b, err := os.ReadFile(f)
 		if err != nil {
-			return [sha256.Size]byte{}, err
+			return nil, err
 		}
+		contents[i] = b
+	}
+	return contents, nil
+}
+
+func sumContents(contents [][]byte) [sha256.Size]byte {
+	h := sha256.New()
+	for _, b := range contents {
 		fmt.Fprintf(h, "%d\n", len(b))
 		h.Write(b)
 	}
-	return [sha256.Size]byte(h.Sum(nil)), nil
+	return [sha256.Size]byte(h.Sum(nil))
 }
 
 // GuardBinds makes Check also refuse a configuration whose new listening
@@ -191,26 +212,28 @@ func (v *Validator) Check(ctx context.Context) error {
 	return &ConfigError{Alerts: Alerts(string(out)), Output: string(out), Code: st.ExitCode()}
 }
 
-// Vouch records the bytes of the files v would check as passed (PassTo),
-// without running haproxy -c: the next Check of exactly those bytes
-// through PassFrom passes. The applier vouches for a candidate that
-// differs from what runs only in moved servers, which needs no check.
-func (v *Validator) Vouch() error {
-	if v.Binds != nil {
-		v.Binds.Vouch(v.configFiles())
-	}
-	if v.PassTo == nil {
-		return nil
-	}
+// Vouch records the files v would check as passed (PassTo), without
+// running haproxy -c: the next Check of exactly those bytes through
+// PassFrom passes. The applier vouches for a candidate that differs from
+// what runs only in moved servers, which needs no check. data is the
+// content of path, one of those files, as the applier just wrote it, so
+// that path is not read back; the other files (seamless's defaults, an
+// operator's own) are read once for both the digest and the binds. Each
+// read was a syscall-heavy share of a change's cost, and at 10,000
+// services the file is tens of megabytes.
+func (v *Validator) Vouch(path string, data []byte) error {
 	loaded, err := ExpandConfigFiles(v.configFiles())
-	if err != nil {
+	var contents [][]byte
+	if err == nil {
+		contents, err = readFiles(loaded.Files, path, data)
+	}
+	if v.Binds != nil {
+		v.Binds.Vouch(loaded.Files, contents)
+	}
+	if err != nil || v.PassTo == nil {
 		return err
 	}
-	sum, err := digest(loaded.Files)
-	if err != nil {
-		return err
-	}
-	v.PassTo.put(sum)
+	v.PassTo.put(sumContents(contents))
 	return nil
 }
 
