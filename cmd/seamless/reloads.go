@@ -21,8 +21,9 @@ const reloadsKept = 20
 // start), so that /status never describes a refused file on disk as if
 // it ran.
 type reloadLog struct {
-	files []string
+	files []string // nil in discovery mode
 	now   func() time.Time
+	read  func(paths []string) []status.ConfigFile
 
 	mu      sync.Mutex
 	reloads []status.Reload              // newest last
@@ -34,9 +35,17 @@ type reloadLog struct {
 	refusedWhy string
 }
 
-func newReloadLog(files []string) *reloadLog {
-	l := &reloadLog{files: slices.Clone(files), now: time.Now}
-	l.running = byPath(configFiles(l.files))
+// newReloadLog keeps the reloads, and what runs of files unless in
+// discovery mode: there the applier keeps the rendered file what runs,
+// and /status reads that from the file itself, so reading and hashing
+// the files again at every reload (tens of megabytes at 10,000 services)
+// would serve nothing.
+func newReloadLog(files []string, discovery bool) *reloadLog {
+	l := &reloadLog{now: time.Now, read: configFiles}
+	if !discovery {
+		l.files = slices.Clone(files)
+		l.running = byPath(l.read(l.files))
+	}
 	return l
 }
 
@@ -52,8 +61,11 @@ func byPath(fs []status.ConfigFile) map[string]status.ConfigFile {
 // check begins, which is what the reload will load if it succeeds. (A file
 // replaced between the check and the reload is the next reload's.)
 func (l *reloadLog) checker(c reload.Checker) reload.Checker {
+	if l.files == nil {
+		return c
+	}
 	return checkFunc(func(ctx context.Context) error {
-		read := byPath(configFiles(l.files))
+		read := byPath(l.read(l.files))
 		l.mu.Lock()
 		l.pending = read
 		l.mu.Unlock()

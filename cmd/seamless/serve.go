@@ -161,7 +161,7 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 		validateOnce(validator)
 	}
 	checker = validator
-	reloads := newReloadLog(cl.ConfigFiles)
+	reloads := newReloadLog(cl.ConfigFiles, cfg.Discovery())
 	rl = reload.New(cli, reloads.checker(validator), tap, m, log, cfg.ReloadTimeout)
 	rl.OnDone = reloads.done
 	m.WatchWorkers(countWorkers(cli, rl.Busy))

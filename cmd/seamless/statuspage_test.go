@@ -208,7 +208,7 @@ func TestTheRenderedFileIsWhatRuns(t *testing.T) {
 	if err := os.WriteFile(path, []byte("v1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	log := newReloadLog([]string{path})
+	log := newReloadLog([]string{path}, false)
 	if err := os.WriteFile(path, []byte("v2, over the runtime API\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -227,6 +227,33 @@ func TestTheRenderedFileIsWhatRuns(t *testing.T) {
 				t.Errorf("%+v: differs %v, want %v", f, differs, tc.differs)
 			}
 		})
+	}
+}
+
+// A reload reads the files it checks for /status in drop-in mode only: in
+// discovery mode the rendered file is what runs, and reading and hashing
+// it once more at each reload was a share of every change's cost.
+func TestOnlyADropInReloadReadsTheFilesForStatus(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "haproxy.cfg")
+	if err := os.WriteFile(path, []byte("v1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, discovery := range []bool{false, true} {
+		l := newReloadLog([]string{path}, discovery)
+		reads := 0
+		l.read = func(paths []string) []status.ConfigFile { reads++; return configFiles(paths) }
+		checked := 0
+		check := l.checker(checkFunc(func(context.Context) error { checked++; return nil }))
+		if err := check.Check(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		want := 1
+		if discovery {
+			want = 0
+		}
+		if reads != want || checked != 1 {
+			t.Errorf("discovery %v: the files read %d times at a check, want %d; checked %d times, want 1", discovery, reads, want, checked)
+		}
 	}
 }
 
