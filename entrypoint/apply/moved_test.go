@@ -1,6 +1,7 @@
 package apply
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -229,11 +230,16 @@ func portsFile(ports ...int) string {
 func TestAServerChangeIsReloadedWithoutACheck(t *testing.T) {
 	src := newSource("consul")
 	r := newRig(t, t.TempDir(), portLines{}, src)
-	var vouched []string // candidates vouched for, under r.mu
-	r.a.opts.Vouch = func(path string, _ []byte) error {
+	var vouched []string      // candidates vouched for, under r.mu
+	var vouchedOther []string // where the bytes vouched for are not the file's
+	r.a.opts.Vouch = func(path string, data []byte) error {
+		onDisk, err := os.ReadFile(path)
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		vouched = append(vouched, path)
+		if err != nil || !bytes.Equal(onDisk, data) {
+			vouchedOther = append(vouchedOther, fmt.Sprintf("%q on disk, %q vouched for (%v)", onDisk, data, err))
+		}
 		return nil
 	}
 	sendPorts(src, 8080, 8081)
@@ -258,6 +264,9 @@ func TestAServerChangeIsReloadedWithoutACheck(t *testing.T) {
 		defer r.mu.Unlock()
 		if len(vouched) != vouches || vouched[len(vouched)-1] != r.path {
 			t.Errorf("ports %v: vouched for %v, want %d files at %s", ports, vouched, vouches, r.path)
+		}
+		if len(vouchedOther) > 0 {
+			t.Errorf("ports %v: vouched for other bytes than the file's: %v", ports, vouchedOther)
 		}
 	}
 	step(1, 1, 1, portsFile(8080, 9000), 8080, 9000) // moved
