@@ -202,6 +202,51 @@ func TestABindThatWouldFailIsRefusedBeforeTheReload(t *testing.T) {
 	requireNoFailures(t, "keep-alive without retries", stopLoad(t, ka))
 }
 
+// The bind guard learns what runs from every reload, not only from the
+// start: a port the running configuration gave up is probed again when a
+// later file binds it. Its Loaded never reached it through the reload
+// log's checker, so here the port still counted as HAProxy's, was not
+// probed, and the reload was sent and failed to bind.
+func TestAPortAReloadGaveUpIsProbedWhenBoundAgain(t *testing.T) {
+	testenv.HAProxy(t)
+	s := newSite(t, startBackend(t))
+	addr := testenv.Addr(testenv.FreePort(t))
+	s.extraFE = "    bind " + addr + "\n"
+	s.write(t, 1)
+	in := startSeamless(t, s, startOpts{})
+	in.waitReady(s)
+
+	s.extraFE = ""
+	s.write(t, 2)
+	in.signal(syscall.SIGHUP)
+	testenv.Eventually(t, 30*time.Second, "v2, without the second bind", func() bool { return served(s) == "v2" })
+	var held net.Listener
+	testenv.Eventually(t, 10*time.Second, "the port given up free for another process", func() bool {
+		l, err := net.Listen("tcp", addr)
+		held = l
+		return err == nil
+	})
+	defer held.Close()
+
+	before := in.showProc()
+	s.extraFE = "    bind " + addr + "\n"
+	s.write(t, 3)
+	in.signal(syscall.SIGHUP)
+	// A refusal counts as a failed reload too.
+	testenv.Eventually(t, 30*time.Second, "the candidate refused or its reload failed", func() bool {
+		return in.metric(failures) > 0 || served(s) == "v3"
+	})
+	if in.metric("seamless_config_errors_total") != 1 || !strings.Contains(in.out.String(), addr) {
+		t.Error("the taken address was not refused as a configuration error naming it")
+	}
+	if after := in.showProc(); after.Master.Reloads != before.Master.Reloads {
+		t.Errorf("the reload was sent: the taken address was not probed (show proc before %+v, after %+v)", before, after)
+	}
+	if v := served(s); v != "v2" {
+		t.Errorf("serving %q, want v2", v)
+	}
+}
+
 // The same in discovery mode: a rendering that adds a taken address is
 // never reloaded into; the last good one keeps serving, and since the port
 // may be freed (it is not the configuration's fault) the rendering is

@@ -64,18 +64,31 @@ func (l *reloadLog) checker(c reload.Checker) reload.Checker {
 	if l.files == nil {
 		return c
 	}
-	return checkFunc(func(ctx context.Context) error {
-		read := byPath(l.read(l.files))
-		l.mu.Lock()
-		l.pending = read
-		l.mu.Unlock()
-		return c.Check(ctx)
-	})
+	return readingChecker{l, c}
 }
 
-type checkFunc func(ctx context.Context) error
+// readingChecker is a check that reads the files for /status first. It
+// passes the reloader's Loaded on: the validator's bind guard learns from
+// it what runs, without which a port a reload gave up would never be
+// probed again, and one a reload added would be refused as taken.
+type readingChecker struct {
+	l *reloadLog
+	c reload.Checker
+}
 
-func (f checkFunc) Check(ctx context.Context) error { return f(ctx) }
+func (r readingChecker) Check(ctx context.Context) error {
+	read := byPath(r.l.read(r.l.files))
+	r.l.mu.Lock()
+	r.l.pending = read
+	r.l.mu.Unlock()
+	return r.c.Check(ctx)
+}
+
+func (r readingChecker) Loaded(certain bool) {
+	if n, ok := r.c.(interface{ Loaded(certain bool) }); ok {
+		n.Loaded(certain)
+	}
+}
 
 // done is the reloader's OnDone.
 func (l *reloadLog) done(o reload.Outcome) {

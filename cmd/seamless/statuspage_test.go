@@ -232,7 +232,8 @@ func TestTheRenderedFileIsWhatRuns(t *testing.T) {
 
 // A reload reads the files it checks for /status in drop-in mode only: in
 // discovery mode the rendered file is what runs, and reading and hashing
-// it once more at each reload was a share of every change's cost.
+// it once more at each reload was a share of every change's cost. In
+// both, what the reloader says HAProxy loaded reaches the checker.
 func TestOnlyADropInReloadReadsTheFilesForStatus(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "haproxy.cfg")
 	if err := os.WriteFile(path, []byte("v1\n"), 0o644); err != nil {
@@ -242,8 +243,8 @@ func TestOnlyADropInReloadReadsTheFilesForStatus(t *testing.T) {
 		l := newReloadLog([]string{path}, discovery)
 		reads := 0
 		l.read = func(paths []string) []status.ConfigFile { reads++; return configFiles(paths) }
-		checked := 0
-		check := l.checker(checkFunc(func(context.Context) error { checked++; return nil }))
+		inner := &loadedChecker{}
+		check := l.checker(inner)
 		if err := check.Check(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -251,11 +252,30 @@ func TestOnlyADropInReloadReadsTheFilesForStatus(t *testing.T) {
 		if discovery {
 			want = 0
 		}
-		if reads != want || checked != 1 {
-			t.Errorf("discovery %v: the files read %d times at a check, want %d; checked %d times, want 1", discovery, reads, want, checked)
+		if reads != want || inner.checks != 1 {
+			t.Errorf("discovery %v: the files read %d times at a check, want %d; checked %d times, want 1", discovery, reads, want, inner.checks)
+		}
+		n, ok := check.(interface{ Loaded(certain bool) })
+		if !ok {
+			t.Errorf("discovery %v: the reloader cannot tell the checker what HAProxy loaded", discovery)
+			continue
+		}
+		n.Loaded(true)
+		if !slices.Equal(inner.loaded, []bool{true}) {
+			t.Errorf("discovery %v: the checker was told %v, want [true]", discovery, inner.loaded)
 		}
 	}
 }
+
+// loadedChecker counts checks and records what it is told was loaded, as
+// the validator's bind guard learns it.
+type loadedChecker struct {
+	checks int
+	loaded []bool
+}
+
+func (c *loadedChecker) Check(context.Context) error { c.checks++; return nil }
+func (c *loadedChecker) Loaded(certain bool)         { c.loaded = append(c.loaded, certain) }
 
 // A FIFO swapped in for a config file, given as a file or found in a
 // directory, is named on the page without being opened: opening it would
