@@ -159,6 +159,20 @@ func TestAVoucherVouchesForTheBytesItIsGiven(t *testing.T) {
 	if n := runs.Load(); n != 1 {
 		t.Errorf("bytes other than the vouched ones ran haproxy -c %d times, want 1", n)
 	}
+
+	// A path spelled otherwise than the one HAProxy loads: the bytes
+	// handed over are not known to be that file's, so nothing is vouched
+	// for (the file on disk was, before).
+	other := filepath.Dir(path) + "/./" + filepath.Base(path)
+	if err := candidate(v, path, path).Vouch(other, cfg(8080)); err == nil {
+		t.Errorf("vouching for %s, which HAProxy does not load by that name: no error", other)
+	}
+	if err := v.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := runs.Load(); n != 2 {
+		t.Errorf("after a vouch for another path, haproxy -c ran %d times in all, want 2", n)
+	}
 }
 
 // A reload HAProxy refused leaves the bind guard with that candidate's

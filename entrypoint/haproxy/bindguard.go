@@ -126,7 +126,7 @@ func (g *BindGuard) Check(files []string) error {
 // what runs. Without it, Loaded after that candidate's reload would take
 // the binds of an earlier candidate HAProxy refused as running.
 // contents are the files' bytes, in order; nil when they could not be
-// read, and then nothing is taken as running after the reload.
+// read, and then the reload leaves what counts as running as it was.
 func (g *BindGuard) Vouch(files []string, contents [][]byte) {
 	var binds []Bind
 	err := errors.New("not read")

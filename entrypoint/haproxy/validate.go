@@ -113,12 +113,14 @@ func digest(files []string) ([sha256.Size]byte, error) {
 	return sumContents(contents), nil
 }
 
-// readFiles reads files in order, except path, whose content is data.
+// readFiles reads files in order, except path (when not ""), whose
+// content is data; path must be one of them.
 func readFiles(files []string, path string, data []byte) ([][]byte, error) {
 	contents := make([][]byte, len(files))
+	given := path == ""
 	for i, f := range files {
 		if f == path && path != "" {
-			contents[i] = data
+			contents[i], given = data, true
 			continue
 		}
 		b, err := os.ReadFile(f)
@@ -126,6 +128,9 @@ func readFiles(files []string, path string, data []byte) ([][]byte, error) {
 			return nil, err
 		}
 		contents[i] = b
+	}
+	if !given {
+		return nil, fmt.Errorf("%s is not among the files HAProxy loads (%s)", path, strings.Join(files, ", "))
 	}
 	return contents, nil
 }
@@ -212,16 +217,20 @@ func (v *Validator) Check(ctx context.Context) error {
 	return &ConfigError{Alerts: Alerts(string(out)), Output: string(out), Code: st.ExitCode()}
 }
 
-// Vouch records the files v would check as passed (PassTo), without
-// running haproxy -c: the next Check of exactly those bytes through
-// PassFrom passes. The applier vouches for a candidate that differs from
-// what runs only in moved servers, which needs no check. data is the
-// content of path, one of those files, as the applier just wrote it, so
-// that path is not read back; the other files (seamless's defaults, an
-// operator's own) are read once for both the digest and the binds. Each
+// Vouch records as passed (PassTo), without running haproxy -c, the
+// files v would check with data as the content of path, one of them: the
+// next Check of exactly those bytes through PassFrom passes. The applier
+// vouches for a candidate that differs from what runs only in moved
+// servers, which needs no check, and hands over the bytes it wrote, so
+// that path is not read back; the other files (seamless's defaults and
+// check speed-up) are read once for both the digest and the binds. Each
 // read was a syscall-heavy share of a change's cost, and at 10,000
-// services the file is tens of megabytes.
+// services the file is tens of megabytes. A path that is not one of the
+// files is an error, and nothing is vouched for.
 func (v *Validator) Vouch(path string, data []byte) error {
+	if v.Binds == nil && v.PassTo == nil {
+		return nil
+	}
 	loaded, err := ExpandConfigFiles(v.configFiles())
 	var contents [][]byte
 	if err == nil {
