@@ -129,13 +129,15 @@ func (g *BindGuard) Check(files []string) error {
 // read, and then the reload leaves what counts as running as it was.
 func (g *BindGuard) Vouch(files []string, contents [][]byte) {
 	var binds []Bind
-	err := errors.New("not read")
+	passed := false
 	if contents != nil {
+		var err error
 		binds, err = parseBindContents(files, contents, g.getenv)
+		passed = err == nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.checked, g.passed = binds, err == nil
+	g.checked, g.passed = binds, passed
 }
 
 // Loaded records that HAProxy took the candidate that passed the last
