@@ -67,10 +67,7 @@ func (l *reloadLog) checker(c reload.Checker) reload.Checker {
 	return readingChecker{l, c}
 }
 
-// readingChecker is a check that reads the files for /status first. It
-// passes the reloader's Loaded on: the validator's bind guard learns from
-// it what runs, without which a port a reload gave up would never be
-// probed again, and one a reload added would be refused as taken.
+// readingChecker is a check that reads the files for /status first.
 type readingChecker struct {
 	l *reloadLog
 	c reload.Checker
@@ -84,11 +81,7 @@ func (r readingChecker) Check(ctx context.Context) error {
 	return r.c.Check(ctx)
 }
 
-func (r readingChecker) Loaded(certain bool) {
-	if n, ok := r.c.(interface{ Loaded(certain bool) }); ok {
-		n.Loaded(certain)
-	}
-}
+func (r readingChecker) Loaded(certain bool) { r.c.Loaded(certain) }
 
 // done is the reloader's OnDone.
 func (l *reloadLog) done(o reload.Outcome) {

@@ -30,15 +30,15 @@ type Master interface {
 	Reload(ctx context.Context) (haproxy.ReloadResult, error)
 }
 
-// Checker validates the configuration (haproxy -c).
+// Checker validates the configuration (haproxy -c) and keeps track of
+// what runs (haproxy.Validator, whose bind guard probes only the
+// addresses a candidate adds): Loaded tells it that HAProxy took the
+// configuration it last passed, for certain or perhaps (sent, not
+// confirmed). Loaded is part of the interface rather than asked for: a
+// checker wrapped for /status once hid it, and the guard then kept the
+// addresses HAProxy started with as running.
 type Checker interface {
 	Check(ctx context.Context) error
-}
-
-// loadedNotifier is a Checker that keeps track of what runs
-// (haproxy.Validator): it is told when HAProxy took the configuration it
-// last passed, for certain or perhaps (sent, not confirmed).
-type loadedNotifier interface {
 	Loaded(certain bool)
 }
 
@@ -250,7 +250,7 @@ func (r *Reloader) reload(ctx context.Context, reasons []string) Outcome {
 			"reason", why, "duration", o.Duration, "retry_in", retryDelay, "err", err)
 	case err != nil:
 		o.Err = err
-		r.loaded(false)
+		r.checker.Loaded(false)
 		r.metrics.Reloads.WithLabelValues(metrics.Failure).Inc()
 		r.log.Error("reload sent but not confirmed within SEAMLESS_RELOAD_TIMEOUT; HAProxy may still be loading it, check its messages above",
 			"reason", why, "duration", o.Duration, "err", err)
@@ -261,7 +261,7 @@ func (r *Reloader) reload(ctx context.Context, reasons []string) Outcome {
 			"reason", why, "duration", o.Duration, "haproxy", r.messages(ctx, res, mark))
 	default:
 		o.OK = true
-		r.loaded(true)
+		r.checker.Loaded(true)
 		r.metrics.Reloads.WithLabelValues(metrics.Success).Inc()
 		r.metrics.LastReloadSuccess.SetToCurrentTime()
 		r.log.Info("reloaded", "reason", why, "duration", o.Duration,
@@ -272,12 +272,6 @@ func (r *Reloader) reload(ctx context.Context, reasons []string) Outcome {
 		r.metrics.Workers.WithLabelValues("old").Set(float64(len(res.Procs.Old)))
 	}
 	return o
-}
-
-func (r *Reloader) loaded(certain bool) {
-	if n, ok := r.checker.(loadedNotifier); ok {
-		n.Loaded(certain)
-	}
 }
 
 // messages returns HAProxy's start-up messages for a failed reload: from

@@ -35,6 +35,7 @@ func (g *gateMaster) Reload(ctx context.Context) (haproxy.ReloadResult, error) {
 type checkFunc func(context.Context) error
 
 func (f checkFunc) Check(ctx context.Context) error { return f(ctx) }
+func (checkFunc) Loaded(bool)                       {}
 
 func run(t *testing.T, m Master, c Checker) (*Reloader, *metrics.Metrics, chan Outcome) {
 	t.Helper()
