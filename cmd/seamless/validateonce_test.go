@@ -78,22 +78,32 @@ func TestAnAppliedCandidateIsValidatedOnce(t *testing.T) {
 	}
 }
 
-// A candidate the applier vouches for (only servers moved) is not
-// checked by the reloader either: no haproxy -c at all for the apply.
-// The voucher passes those bytes only, and only once.
-func TestAVouchedCandidateIsNotCheckedAtTheReload(t *testing.T) {
+// vouchRig is the reloader's validator on a configuration of one
+// frontend and one server, written with the server on port 8080, and
+// validating once (validateOnce); cfg gives the configuration with the
+// server on another port.
+func vouchRig(t *testing.T) (v *haproxy.Validator, path string, runs *atomic.Int32, cfg func(server int) []byte) {
+	t.Helper()
 	bin, path, runs, run := validateRig(t)
 	port := testenv.FreePort(t)
-	cfg := func(server int) []byte {
+	cfg = func(server int) []byte {
 		return fmt.Appendf(nil, checkDefaults+
 			"frontend fe\n    bind 127.0.0.1:%d\n    default_backend be\nbackend be\n    server s1 127.0.0.1:%d\n", port, server)
 	}
 	if err := os.WriteFile(path, cfg(8080), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	v := &haproxy.Validator{Bin: bin, Args: []string{"-c", "-f", path}, Env: os.Environ(), Run: run}
+	v = &haproxy.Validator{Bin: bin, Args: []string{"-c", "-f", path}, Env: os.Environ(), Run: run}
 	v.GuardBinds()
 	validateOnce(v)
+	return v, path, runs, cfg
+}
+
+// A candidate the applier vouches for (only servers moved) is not
+// checked by the reloader either: no haproxy -c at all for the apply.
+// The voucher passes those bytes only, and only once.
+func TestAVouchedCandidateIsNotCheckedAtTheReload(t *testing.T) {
+	v, path, runs, cfg := vouchRig(t)
 	vouch := candidateVoucher(v, path)
 	ctx := context.Background()
 
@@ -137,18 +147,7 @@ func TestAVouchedCandidateIsNotCheckedAtTheReload(t *testing.T) {
 // megabytes at 10,000 services). Anything else on disk at the reload is
 // checked.
 func TestAVoucherVouchesForTheBytesItIsGiven(t *testing.T) {
-	bin, path, runs, run := validateRig(t)
-	port := testenv.FreePort(t)
-	cfg := func(server int) []byte {
-		return fmt.Appendf(nil, checkDefaults+
-			"frontend fe\n    bind 127.0.0.1:%d\n    default_backend be\nbackend be\n    server s1 127.0.0.1:%d\n", port, server)
-	}
-	if err := os.WriteFile(path, cfg(8080), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	v := &haproxy.Validator{Bin: bin, Args: []string{"-c", "-f", path}, Env: os.Environ(), Run: run}
-	v.GuardBinds()
-	validateOnce(v)
+	v, path, runs, cfg := vouchRig(t)
 	// The file was replaced between the applier's write and its vouch.
 	if err := candidateVoucher(v, path)(path, cfg(8081)); err != nil {
 		t.Fatal(err)

@@ -37,7 +37,14 @@ func startReaper(t *testing.T) *reaper.Reaper {
 
 func writeConfig(t *testing.T, path string, port int, extra string) {
 	t.Helper()
-	cfg := fmt.Sprintf(`global
+	if err := os.WriteFile(path, []byte(configText(port, extra)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// configText is writeConfig's configuration.
+func configText(port int, extra string) string {
+	return fmt.Sprintf(`global
     log stderr format raw local0 notice
 defaults
     mode http
@@ -48,9 +55,6 @@ frontend fe
     bind 127.0.0.1:%d
 %s    http-request return status 200 content-type text/plain string "ok"
 `, port, extra)
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func TestValidatorRealHAProxy(t *testing.T) {
@@ -548,19 +552,8 @@ func readyMaster(t *testing.T, sections string) (*MasterCLI, context.Context, st
 	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
 	port := testenv.FreePort(t)
-	writeConfig(t, cfg, port, "")
-	if sections != "" {
-		f, err := os.OpenFile(cfg, os.O_APPEND|os.O_WRONLY, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = f.WriteString(sections)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	if err := os.WriteFile(cfg, []byte(configText(port, "")+sections), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	cli := startMaster(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
