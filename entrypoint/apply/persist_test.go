@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -186,14 +187,14 @@ func TestAChangeDoesNotWaitForASave(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	blocked := make(chan struct{})
-	saveSnapshot = func(dir string, s model.Snapshot, now time.Time) error {
+	saveSnapshot = func(dir string, s model.Snapshot, now time.Time, c *encodeCache) error {
 		if s.Local() != nil && len(s.Local().Instances) == 1 && s.Local().Instances[0].Address == "10.0.1.1" {
 			once.Do(func() { close(blocked) })
 			<-release
 		}
-		return SaveSnapshot(dir, s, now)
+		return saveSnapshotWith(dir, s, now, c)
 	}
-	t.Cleanup(func() { saveSnapshot = SaveSnapshot })
+	t.Cleanup(func() { saveSnapshot = saveSnapshotWith })
 	dir := t.TempDir()
 	src := newSource("consul")
 	r := newRig(t, dir, lines{}, src)
@@ -215,4 +216,68 @@ func TestAChangeDoesNotWaitForASave(t *testing.T) {
 	close(release)
 	cancel()
 	<-done
+}
+
+// A save encodes only the lists that are not the ones the last save
+// wrote: a change to one service of a PerService catalog re-encodes that
+// service, and the file is byte for byte what a save from nothing writes.
+// With less room than the catalog takes, the rest is encoded at every
+// save, and the file is still the same.
+func TestASaveEncodesWhatChangedSinceTheLast(t *testing.T) {
+	flat := benchCatalog(3, 4, false)
+	var runs [][]model.Instance
+	for run := range flat.Services() {
+		runs = append(runs, run)
+	}
+	at := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	c := &encodeCache{}
+	same := func(what string, snap model.Snapshot) {
+		t.Helper()
+		cached, fresh := t.TempDir(), t.TempDir()
+		if err := saveSnapshotWith(cached, snap, at, c); err != nil {
+			t.Fatal(err)
+		}
+		if err := SaveSnapshot(fresh, snap, at); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := os.ReadFile(SnapshotPath(cached, "consul"))
+		want, _ := os.ReadFile(SnapshotPath(fresh, "consul"))
+		if string(got) != string(want) {
+			t.Errorf("%s: the file differs from a save from nothing:\n%s\nwant\n%s", what, got, want)
+		}
+	}
+	first := benchSnapshot(model.PerService("dc1", flat.Nodes, runs, 7))
+	same("first save", first)
+	if c.encoded != 4 {
+		t.Errorf("the first save encoded %d lists, want 4 (the nodes and 3 services)", c.encoded)
+	}
+
+	moved := slices.Clone(runs[1])
+	moved[2].Port = 9090
+	next := slices.Clone(runs)
+	next[1] = moved
+	c.encoded = 0
+	same("one service changed", benchSnapshot(model.PerService("dc1", flat.Nodes, next, 8)))
+	if c.encoded != 1 {
+		t.Errorf("a save after one service changed encoded %d lists, want 1", c.encoded)
+	}
+	c.encoded = 0
+	same("nothing changed", benchSnapshot(model.PerService("dc1", flat.Nodes, next, 9)))
+	if c.encoded != 0 {
+		t.Errorf("a save of the same lists encoded %d, want 0", c.encoded)
+	}
+
+	one := len(c.kept[listKey{instance: &next[0][0], n: len(next[0])}])
+	defer func(m int) { maxCached = m }(maxCached)
+	maxCached = one
+	// The first save reuses what it has and keeps what fits; the next
+	// encodes the services that did not (the nodes, smaller, fit).
+	for i, want := range []int{0, 3} {
+		c.encoded = 0
+		same("room for one list", benchSnapshot(model.PerService("dc1", flat.Nodes, next, 9)))
+		if c.size > maxCached || c.encoded != want {
+			t.Errorf("save %d with room for one list: %d bytes kept, %d lists encoded; want at most %d bytes, %d encoded",
+				i+1, c.size, c.encoded, maxCached, want)
+		}
+	}
 }

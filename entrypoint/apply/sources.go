@@ -85,8 +85,8 @@ func (a *Applier) save() {
 	a.saveNow()
 }
 
-// saveSnapshot is SaveSnapshot; tests slow it down.
-var saveSnapshot = SaveSnapshot
+// saveSnapshot is saveSnapshotWith; tests slow it down.
+var saveSnapshot = saveSnapshotWith
 
 // saveNow writes the snapshots taken since the last save, on a goroutine
 // of its own: encoding and syncing a large catalog takes tens of
@@ -104,9 +104,16 @@ func (a *Applier) saveNow() {
 		return
 	}
 	a.saves++
-	snaps := make([]model.Snapshot, 0, len(a.unsaved))
+	type save struct {
+		snap  model.Snapshot
+		cache *encodeCache
+	}
+	saves := make([]save, 0, len(a.unsaved))
 	for name := range a.unsaved {
-		snaps = append(snaps, a.latest[name])
+		if a.encoded[name] == nil {
+			a.encoded[name] = &encodeCache{}
+		}
+		saves = append(saves, save{a.latest[name], a.encoded[name]})
 	}
 	clear(a.unsaved)
 	a.saving.Wait()
@@ -119,10 +126,10 @@ func (a *Applier) saveNow() {
 					"path", a.opts.Path, "err", err)
 			}
 		}
-		for _, s := range snaps {
-			if err := saveSnapshot(a.opts.StateDir, s, time.Now()); err != nil {
+		for _, s := range saves {
+			if err := saveSnapshot(a.opts.StateDir, s.snap, time.Now(), s.cache); err != nil {
 				a.log.Warn("cannot save the source's snapshot; a restart while it is unreachable would start without it",
-					"source", s.Source, "dir", a.opts.StateDir, "err", err)
+					"source", s.snap.Source, "dir", a.opts.StateDir, "err", err)
 			}
 		}
 	})
