@@ -72,6 +72,7 @@ func TestSplitCatalogHoldsEachInstanceOnce(t *testing.T) {
 	}
 	c.apply(answer("api", 80))
 	c.apply(answer("web", 80, 81))
+	c.apply(event{sub: &sub{kind: partNodes}, changed: true, nodes: []model.Node{{Name: "n0"}, {Name: "n1"}}})
 	cat := c.assemble()
 	c.dirty = false
 	lists := slices.Collect(cat.Services())
@@ -86,9 +87,13 @@ func TestSplitCatalogHoldsEachInstanceOnce(t *testing.T) {
 	if !c.dirty {
 		t.Error("a changed answer left the catalog unchanged")
 	}
-	next := slices.Collect(c.assemble().Services())
+	nextCat := c.assemble()
+	next := slices.Collect(nextCat.Services())
 	if !model.SameInstances(next[0], lists[0]) {
 		t.Error("the next catalog copied api, which did not change")
+	}
+	if len(nextCat.Nodes) != 2 || &nextCat.Nodes[0] != &cat.Nodes[0] {
+		t.Error("the next catalog copied the node list, which did not change")
 	}
 	if next[1][1].Port != 82 || lists[1][1].Port != 81 {
 		t.Error("the next assembly changed the catalog sent before")

@@ -395,9 +395,10 @@ func (c *splitCatalog) index() uint64 {
 
 // assemble puts the cached parts together: they come sorted by service
 // name, and each part is sorted, so the result is in model.SortCatalog's
-// order without sorting. The catalog holds the parts themselves, never
-// written once converted: a service that did not change is the same list
-// in the next catalog, and costs no copy here nor a reading downstream.
+// order without sorting. The catalog holds the parts and the node list
+// themselves, never written once converted: a service that did not
+// change is the same list in the next catalog, and costs no copy here
+// nor a reading downstream (nor an encoding at the next save).
 func (c *splitCatalog) assemble() *model.Catalog {
 	dc := c.dc
 	if dc == "" {
@@ -407,5 +408,5 @@ func (c *splitCatalog) assemble() *model.Catalog {
 	for _, name := range c.order {
 		parts = append(parts, c.parts[name])
 	}
-	return model.PerService(dc, nilIfNone(slices.Clone(c.nodeList)), parts, c.index())
+	return model.PerService(dc, nilIfNone(c.nodeList), parts, c.index())
 }
