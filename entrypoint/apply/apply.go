@@ -113,9 +113,9 @@ type Applier struct {
 	saveDue time.Time         // when the snapshots not saved yet are; zero: none waits
 	saves   int               // saves of the snapshots, for the tests
 	saving  sync.WaitGroup    // the save in progress
-	// encoded keeps each source's last save's encoding, for the saving
-	// goroutine (one at a time).
-	encoded map[string]*encodeCache
+	// encodeCaches keep each source's last save's encoding, for the
+	// saving goroutine (one at a time).
+	encodeCaches map[string]*encodeCache
 	// ranFrom is latest as it was when running was rendered.
 	ranFrom map[string]model.Snapshot
 	// startRend is the rendering of the current state during Start, so
@@ -145,7 +145,7 @@ func New(opts Options) (*Applier, error) {
 		opts: opts, log: opts.Log.With("component", "apply"),
 		in: make(chan model.Snapshot), hup: make(chan string, 1),
 		latest: map[string]model.Snapshot{}, fresh: map[string]bool{}, unsaved: map[string]bool{},
-		encoded: map[string]*encodeCache{},
+		encodeCaches: map[string]*encodeCache{},
 	}
 	a.setReady(errors.New("first discovery not done"))
 	return a, nil

@@ -178,9 +178,9 @@ func saveSnapshotWith(dir string, s model.Snapshot, now time.Time, c *encodeCach
 // instances one at a time: a catalog of 10,000 instances is megabytes of
 // JSON, which Marshal would hold whole (twice, as it grows and copies its
 // buffer) at every change. c may be nil.
-func (c *encodeCache) encodeSaved(w *bufio.Writer, v saved) (err error) {
+func (c *encodeCache) encodeSaved(w *bufio.Writer, v saved) error {
 	c.begin()
-	defer func() { c.end(err == nil) }()
+	defer c.end()
 	enc := json.NewEncoder(w) // Encode ends each value with a newline, which JSON allows
 	enc.SetEscapeHTML(true)   // as Marshal
 	head := v
@@ -221,6 +221,9 @@ func (c *encodeCache) encodeSaved(w *bufio.Writer, v saved) (err error) {
 // it was encoded then.
 func (c *encodeCache) encodeCatalogResult(w *bufio.Writer, enc *json.Encoder, r model.Result) error {
 	cat := r.Catalog
+	if cat.Instances != nil {
+		c = nil // flat: its lists are new at every snapshot
+	}
 	w.WriteString(`{"catalog":{`)
 	sep := ""
 	if cat.Datacenter != "" {
@@ -310,19 +313,23 @@ func encodeEach[E any](out io.Writer, enc *json.Encoder, list []E) error {
 	return nil
 }
 
-// maxCached bounds what an encodeCache keeps: about 420 bytes per
-// instance, so a catalog of 20,000 instances; a larger one has the rest
-// encoded at every save.
+// maxCached bounds what an encodeCache keeps: a few hundred bytes per
+// instance (about 420 for Consul's), so tens of thousands of instances; a
+// larger catalog has the rest encoded at every save.
 var maxCached = 8 << 20
 
+// maxScratch is the largest encoding buffer kept between lists: a list
+// larger than that (one service of thousands of instances) is not held
+// twice for longer than its own write.
+const maxScratch = 1 << 20
+
 // encodeCache keeps, from one save of a source's snapshot to the next,
-// the encoding of its catalogs' node lists and runs of instances, by the
-// list itself: a catalog is never written once made, and a source hands
-// the next catalog every list that did not change (model.PerService), so
-// a save encodes what changed since the last one. It was a whole
-// catalog's encoding per save, and with changes further apart than
-// saveEvery a save per change: 30 ms of CPU at 1,000 services × 10.
-// Only the goroutine saving uses it.
+// the encoding of its PerService catalogs' node lists and runs of
+// instances, by the list itself: a catalog is never written once made,
+// and the Consul source hands the next catalog every list that did not
+// change, so a save encodes what changed since the last one, where it
+// encoded the whole catalog. A flat catalog's lists are new at every
+// snapshot and are not kept. Only the goroutine saving uses it.
 type encodeCache struct {
 	kept    map[listKey][]byte // from the last save
 	next    map[listKey][]byte // from this one
@@ -347,15 +354,12 @@ func (c *encodeCache) begin() {
 	}
 }
 
-// end finishes a save; a save that failed keeps what the last one kept.
-func (c *encodeCache) end(ok bool) {
-	if c == nil {
-		return
+// end finishes a save, also one that failed: what it wrote is as right as
+// what the last one kept, and keeping that would hold its lists longer.
+func (c *encodeCache) end() {
+	if c != nil {
+		c.kept, c.next = c.next, nil
 	}
-	if ok {
-		c.kept = c.next
-	}
-	c.next = nil
 }
 
 // write writes the list k names to w: as kept, or encoded by encode
@@ -367,11 +371,19 @@ func (c *encodeCache) write(w *bufio.Writer, enc *json.Encoder, k listKey, encod
 	b, ok := c.kept[k]
 	if !ok {
 		c.encoded++
-		c.scratch.Reset()
+		if c.size >= maxCached { // no room: straight to the file
+			return encode(w, enc)
+		}
 		if c.enc == nil {
 			c.enc = json.NewEncoder(&c.scratch)
 			c.enc.SetEscapeHTML(true) // as Marshal
 		}
+		c.scratch.Reset()
+		defer func() {
+			if c.scratch.Cap() > maxScratch {
+				c.scratch, c.enc = bytes.Buffer{}, nil
+			}
+		}()
 		if err := encode(&c.scratch, c.enc); err != nil {
 			return err
 		}

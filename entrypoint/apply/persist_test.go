@@ -267,6 +267,14 @@ func TestASaveEncodesWhatChangedSinceTheLast(t *testing.T) {
 		t.Errorf("a save of the same lists encoded %d, want 0", c.encoded)
 	}
 
+	// A flat catalog's lists are new at every snapshot: none is kept.
+	c.encoded = 0
+	same("a flat catalog", benchSnapshot(flat))
+	if c.encoded != 0 || len(c.kept) != 0 {
+		t.Errorf("a flat catalog left %d lists kept (%d encoded through the cache), want none", len(c.kept), c.encoded)
+	}
+	same("one service changed, again", benchSnapshot(model.PerService("dc1", flat.Nodes, next, 10)))
+
 	one := len(c.kept[listKey{instance: &next[0][0], n: len(next[0])}])
 	defer func(m int) { maxCached = m }(maxCached)
 	maxCached = one

@@ -58,9 +58,9 @@ func (a *Applier) take(s model.Snapshot) bool {
 }
 
 // saveEvery is the least time between two saves of the snapshots: a
-// catalog can be megabytes of JSON, encoded whole at each save (30 ms of
-// CPU at 1,000 services × 10, a third of a change's cost when saved at
-// every change), and changes can come many times a second. What the saves
+// catalog can be megabytes of JSON, written and synced whole at each save
+// (and encoded whole, but for the lists an encodeCache keeps), and
+// changes can come many times a second. What the saves
 // are for (a restart while a source is unreachable) can afford to start
 // ten seconds behind; a stop saves at once.
 const saveEvery = 10 * time.Second
@@ -110,10 +110,10 @@ func (a *Applier) saveNow() {
 	}
 	saves := make([]save, 0, len(a.unsaved))
 	for name := range a.unsaved {
-		if a.encoded[name] == nil {
-			a.encoded[name] = &encodeCache{}
+		if a.encodeCaches[name] == nil {
+			a.encodeCaches[name] = &encodeCache{}
 		}
-		saves = append(saves, save{a.latest[name], a.encoded[name]})
+		saves = append(saves, save{a.latest[name], a.encodeCaches[name]})
 	}
 	clear(a.unsaved)
 	a.saving.Wait()
