@@ -289,3 +289,41 @@ func TestASaveEncodesWhatChangedSinceTheLast(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSaveAfterOneServiceChanged: the CPU of a save after one
+// service of a PerService catalog changed, from nothing (whole) and with
+// what the last save kept (kept). `go test ./entrypoint/apply -run XXX
+// -bench SaveAfterOneServiceChanged -benchtime 40x`.
+func BenchmarkSaveAfterOneServiceChanged(b *testing.B) {
+	for _, size := range [][2]int{{100, 10}, {1000, 10}} {
+		flat := benchCatalog(size[0], size[1], false)
+		var runs [][]model.Instance
+		for run := range flat.Services() {
+			runs = append(runs, run)
+		}
+		dir := b.TempDir()
+		for _, kept := range []bool{false, true} {
+			name := fmt.Sprintf("%dx%d/whole", size[0], size[1])
+			var c *encodeCache
+			if kept {
+				name, c = fmt.Sprintf("%dx%d/kept", size[0], size[1]), &encodeCache{}
+			}
+			b.Run(name, func(b *testing.B) {
+				start, n := cpuNow(), 0
+				for i := 0; b.Loop(); i++ {
+					n++
+					next := slices.Clone(runs)
+					moved := slices.Clone(next[i%len(next)])
+					moved[0].Port = 1000 + i%1000
+					next[i%len(next)] = moved
+					runs = next
+					snap := benchSnapshot(model.PerService("dc1", flat.Nodes, next, uint64(i+1)))
+					if err := saveSnapshotWith(dir, snap, time.Now(), c); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(cpuNow()-start)/float64(n)/1e6, "cpu-ms/op")
+			})
+		}
+	}
+}
