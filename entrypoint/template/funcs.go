@@ -131,37 +131,38 @@ var staticFuncs = sync.OnceValue(func() template.FuncMap {
 	return fm
 })
 
-// boundFuncs are the functions bound to one render: they read its State,
-// record its queries, or use its options, scratchpad and template.
-func (r *render) boundFuncs() template.FuncMap {
+// boundFuncs are the functions bound to a render, the one at returns
+// when they are called: they read its State, record its queries, or use
+// its options, scratchpad and template.
+func boundFuncs(at func() *render) template.FuncMap {
 	return template.FuncMap{
-		"sprig_env":       r.env,
-		"sprig_expandenv": func(s string) string { return os.Expand(s, r.env) },
-		"sprig_now":       func() any { return r.t.opts.Now },
+		"sprig_env":       func(s string) string { return at().env(s) },
+		"sprig_expandenv": func(s string) string { return os.Expand(s, at().env) },
+		"sprig_now":       func() any { return at().t.opts.Now },
 
 		// Consul and the merged catalog.
-		"datacenters":  r.datacenters,
-		"key":          r.key,
-		"keyExists":    r.keyExists,
-		"keyOrDefault": r.keyOrDefault,
-		"ls":           func(s string) ([]*KeyPair, error) { return r.list(s, "ls", false, false) },
-		"safeLs":       func(s string) ([]*KeyPair, error) { return r.list(s, "safeLs", false, true) },
-		"tree":         func(s string) ([]*KeyPair, error) { return r.list(s, "tree", true, false) },
-		"safeTree":     func(s string) ([]*KeyPair, error) { return r.list(s, "safeTree", true, true) },
-		"node":         r.node,
-		"nodes":        r.nodes,
-		"service":      r.service,
-		"services":     r.services,
+		"datacenters":  func(ignore ...bool) ([]string, error) { return at().datacenters(ignore...) },
+		"key":          func(s string) (string, error) { return at().key(s) },
+		"keyExists":    func(s string) (bool, error) { return at().keyExists(s) },
+		"keyOrDefault": func(s, def string) (string, error) { return at().keyOrDefault(s, def) },
+		"ls":           func(s string) ([]*KeyPair, error) { return at().list(s, "ls", false, false) },
+		"safeLs":       func(s string) ([]*KeyPair, error) { return at().list(s, "safeLs", false, true) },
+		"tree":         func(s string) ([]*KeyPair, error) { return at().list(s, "tree", true, false) },
+		"safeTree":     func(s string) ([]*KeyPair, error) { return at().list(s, "safeTree", true, true) },
+		"node":         func(args ...string) (*CatalogNode, error) { return at().node(args...) },
+		"nodes":        func(args ...string) ([]*Node, error) { return at().nodes(args...) },
+		"service":      func(args ...string) ([]*HealthService, error) { return at().service(args...) },
+		"services":     func(args ...string) ([]*CatalogSnippet, error) { return at().services(args...) },
 
 		// Local reads.
-		"file":            r.file,
-		"env":             func(s string) string { return r.env(s) },
-		"mustEnv":         r.mustEnv,
-		"envOrDefault":    r.envOrDefault,
-		"executeTemplate": r.executeTemplate,
-		"timestamp":       r.timestamp,
-		"scratch":         func() *Scratch { return &r.scratch },
-		"skip":            r.skip,
+		"file":            func(p string) (string, error) { return at().file(p) },
+		"env":             func(s string) string { return at().env(s) },
+		"mustEnv":         func(s string) (string, error) { return at().mustEnv(s) },
+		"envOrDefault":    func(s, def string) string { return at().envOrDefault(s, def) },
+		"executeTemplate": func(name string, data ...any) (string, error) { return at().executeTemplate(name, data...) },
+		"timestamp":       func(layout ...string) (string, error) { return at().timestamp(layout...) },
+		"scratch":         func() *Scratch { return &at().scratch },
+		"skip":            func(reason ...any) string { return at().skip(reason...) },
 	}
 }
 

@@ -30,7 +30,7 @@ func TestFunctionsDocumented(t *testing.T) {
 
 	code := map[string]bool{"sprig_*": true, "scratch.Values": true}
 	all := maps.Clone(staticFuncs())
-	maps.Copy(all, (&render{t: &Template{}}).boundFuncs())
+	maps.Copy(all, boundFuncs(func() *render { return &render{t: &Template{}} }))
 	for name := range all {
 		if strings.HasPrefix(name, "sprig_") {
 			if _, refused := unsupported[name]; !refused {

@@ -66,7 +66,7 @@ func (t *Template) lineMap(st model.State, want []byte) ([]int, bool) {
 	} else {
 		tmpl.Option("missingkey=zero")
 	}
-	tmpl.Funcs(staticFuncs()).Funcs(r.boundFuncs())
+	tmpl.Funcs(staticFuncs()).Funcs(boundFuncs(func() *render { return r }))
 	if _, err := tmpl.Parse(t.text); err != nil {
 		return nil, false
 	}

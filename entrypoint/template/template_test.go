@@ -479,3 +479,39 @@ func TestConcurrentRendersShareNothing(t *testing.T) {
 		}
 	}
 }
+
+// Renders one at a time execute one clone of the parsed template, its
+// functions calling the render at hand: a clone per render copied every
+// function (two maps of them), 80 allocations and 84 KB per render of a
+// one-line template, a fifth of what a change allocated at 100 × 10. A
+// render while another holds that clone gets one of its own. The
+// function that runs a cut fragment stays unknown to a template's text.
+func TestRendersOneAtATimeShareOneClone(t *testing.T) {
+	tmpl, err := parseText("a.tmpl", `{{ key "service/haproxy/maxconn" }}`, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := testState()
+	render := func() string {
+		r, err := tmpl.Render(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(r.Config)
+	}
+	want := render()
+	if n := testing.AllocsPerRun(20, func() { render() }); n > 40 {
+		t.Errorf("%.0f allocations per render of a one-line template, want at most 40", n)
+	}
+	tmpl.bound.mu.Lock() // another render holds the kept clone
+	if got := render(); got != want {
+		t.Errorf("a render beside another rendered %q, want %q", got, want)
+	}
+	tmpl.bound.mu.Unlock()
+	if got := render(); got != want {
+		t.Errorf("rendered %q after, want %q", got, want)
+	}
+	if _, err := parseText("f.tmpl", `{{ `+fragmentFunc+` "x" }}`, testOptions()); err == nil {
+		t.Errorf("a template calling %s parsed", fragmentFunc)
+	}
+}
