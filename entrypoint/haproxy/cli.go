@@ -20,6 +20,9 @@ type MasterCLI struct {
 	// to its outcome in `show proc`: on 2.6 the time the master takes to
 	// re-execute, which the next reload's polling need not spend polling.
 	reexec time.Duration
+	// answers: the master answered the last reload with its outcome
+	// (2.7+), so the next one needs no `show proc` before it.
+	answers bool
 }
 
 // NewMasterCLI takes a -S argument.
@@ -177,11 +180,19 @@ var ErrNotSent = errors.New("reload not sent")
 // answers "Success=1|0" followed by the start-up messages; 2.6 closes the
 // connection without a word while it re-executes, so the outcome is read
 // from `show proc`: the master's reload counter moves, then either its
-// failed counter moved too or a new worker exists.
+// failed counter moved too or a new worker exists. A master that answered
+// the last reload is not asked `show proc` before this one: its answer
+// says the outcome, and the current workers after it are the new ones.
 func (m *MasterCLI) Reload(ctx context.Context) (ReloadResult, error) {
-	before, err := m.WaitShowProc(ctx, func(Procs) bool { return true })
-	if err != nil {
-		return ReloadResult{}, fmt.Errorf("%w: master not answering: %v", ErrNotSent, err)
+	m.mu.Lock()
+	answers := m.answers
+	m.mu.Unlock()
+	var before Procs
+	if !answers {
+		var err error
+		if before, err = m.WaitShowProc(ctx, func(Procs) bool { return true }); err != nil {
+			return ReloadResult{}, fmt.Errorf("%w: master not answering: %v", ErrNotSent, err)
+		}
 	}
 	answer, err := m.reloadWhenIdle(ctx)
 	switch {
@@ -192,6 +203,16 @@ func (m *MasterCLI) Reload(ctx context.Context) (ReloadResult, error) {
 	}
 	var res ReloadResult
 	explicit := strings.HasPrefix(strings.TrimSpace(answer), "Success=")
+	if err == nil || explicit {
+		m.mu.Lock()
+		m.answers = explicit
+		m.mu.Unlock()
+	}
+	if answers && !explicit {
+		// Without the counters from before, `show proc` cannot tell
+		// this reload's outcome from an earlier one's.
+		return res, fmt.Errorf("%w: the master did not answer the reload as it answered the last one (%v)", ErrUnconfirmed, err)
+	}
 	if explicit {
 		first, rest, _ := strings.Cut(strings.TrimSpace(answer), "\n")
 		res.OK = strings.TrimSpace(first) == "Success=1"

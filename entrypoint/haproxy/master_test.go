@@ -688,3 +688,76 @@ func TestAReloadIsPolledLessOftenAsItLasts(t *testing.T) {
 		}
 	}
 }
+
+// A master that answered the last reload with its outcome (2.7+) is not
+// asked `show proc` before the next: its answer says the outcome, and
+// the current workers after it are the new ones. That was one of three
+// connections to the master per reload. 2.6 answers nothing and is asked
+// before every reload.
+func TestAMasterThatAnswersReloadsIsNotAskedBeforeThem(t *testing.T) {
+	direct, ctx, _, _ := readyMaster(t, "")
+	cli, sent := recordingMaster(t, direct.Addr)
+	first, err := cli.Reload(ctx)
+	if err != nil || !first.OK {
+		t.Fatalf("first reload: ok=%v err=%v", first.OK, err)
+	}
+	answered := first.Messages != ""
+	n := len(sent())
+	second, err := cli.Reload(ctx)
+	if err != nil || !second.OK {
+		t.Fatalf("second reload: ok=%v err=%v", second.OK, err)
+	}
+	if len(second.NewWorkers) != 1 || slices.Contains(second.NewWorkers, first.Procs.Workers[0].Pid) ||
+		second.Procs.Master.Reloads != first.Procs.Master.Reloads+1 {
+		t.Errorf("second reload: new workers %v (the first's: %v), reloads %d after %d",
+			second.NewWorkers, first.NewWorkers, second.Procs.Master.Reloads, first.Procs.Master.Reloads)
+	}
+	cmds := sent()[n:]
+	want := "show proc" // 2.6: asked before
+	if answered {
+		want = "reload"
+	}
+	if len(cmds) == 0 || cmds[0] != want {
+		t.Errorf("the second reload began with %q (answered the first: %v), want %q", cmds, answered, want)
+	}
+}
+
+// A master that answered the last reload and then closes the next one's
+// connection without a word leaves that reload unconfirmed: without the
+// counters from before it, `show proc` cannot tell its outcome from the
+// last one's. A fake master, since a real one does not change its ways.
+func TestAReloadNotAnsweredAsTheLastIsUnconfirmed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fake.sock")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	const procs = "#<PID>          <type>          <reloads>       <uptime>        <version>\n" +
+		"1               master          %d [failed: 0]  0d00h00m01s     3.2.0\n# workers\n%d               worker          0               0d00h00m01s     3.2.0\n"
+	var reloads atomic.Int32
+	go func() {
+		for c, err := l.Accept(); err == nil; c, err = l.Accept() {
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			switch strings.TrimSpace(line) {
+			case "show proc":
+				n := reloads.Load()
+				fmt.Fprintf(c, procs, n, 100+n)
+			case "reload":
+				if reloads.Add(1) == 1 {
+					io.WriteString(c, "Success=1\n--\n")
+				}
+			}
+			c.Close()
+		}
+	}()
+	cli := NewMasterCLI(path)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if res, err := cli.Reload(ctx); err != nil || !res.OK || !slices.Equal(res.NewWorkers, []int{101}) {
+		t.Fatalf("answered reload: ok=%v new workers %v err=%v", res.OK, res.NewWorkers, err)
+	}
+	if res, err := cli.Reload(ctx); !errors.Is(err, ErrUnconfirmed) || res.OK {
+		t.Errorf("a reload answered with nothing after an answered one: ok=%v err=%v, want ErrUnconfirmed", res.OK, err)
+	}
+}
