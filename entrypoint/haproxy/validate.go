@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -104,13 +105,33 @@ func (p *Passed) take(sum [sha256.Size]byte) bool {
 }
 
 // digest hashes the contents of files in order (their names aside: a
-// candidate and the file it is renamed to load the same).
+// candidate and the file it is renamed to load the same), as sumContents
+// hashes them in memory. It streams them: the rendered file is megabytes
+// at thousands of services, and reading it whole to hash it was that much
+// garbage per reload.
 func digest(files []string) ([sha256.Size]byte, error) {
-	contents, err := readFiles(files, "", nil)
-	if err != nil {
-		return [sha256.Size]byte{}, err
+	h := sha256.New()
+	buf := make([]byte, 32<<10)
+	for _, f := range files {
+		n, err := hashFile(h, f, buf)
+		if err != nil {
+			return [sha256.Size]byte{}, err
+		}
+		fmt.Fprintf(h, "\n%d\n", n)
 	}
-	return sumContents(contents), nil
+	return [sha256.Size]byte(h.Sum(nil)), nil
+}
+
+// hashFile writes path's content to h through buf and returns its length.
+func hashFile(h io.Writer, path string, buf []byte) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	// Hidden behind a plain Reader, the file does not copy itself through
+	// a buffer of its own (File.WriteTo).
+	return io.CopyBuffer(h, struct{ io.Reader }{f}, buf)
 }
 
 // readFiles reads files in order, except path (when not ""), whose
@@ -135,11 +156,13 @@ func readFiles(files []string, path string, data []byte) ([][]byte, error) {
 	return contents, nil
 }
 
+// sumContents is digest's hash of files whose contents are given: each
+// content, then its length (after it, so that a file can be streamed).
 func sumContents(contents [][]byte) [sha256.Size]byte {
 	h := sha256.New()
 	for _, b := range contents {
-		fmt.Fprintf(h, "%d\n", len(b))
 		h.Write(b)
+		fmt.Fprintf(h, "\n%d\n", len(b))
 	}
 	return [sha256.Size]byte(h.Sum(nil))
 }

@@ -1,7 +1,12 @@
 package haproxy
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
 	"reflect"
+	"runtime"
+	"slices"
 	"testing"
 )
 
@@ -27,5 +32,43 @@ func TestAlerts(t *testing.T) {
 	}
 	if got := Alerts(out); !reflect.DeepEqual(got, want) {
 		t.Errorf("Alerts = %q, want %q", got, want)
+	}
+}
+
+// The digest of files on disk streams them (the rendered file is
+// megabytes at thousands of services, which reading whole allocated at
+// every reload) and equals the digest of the same contents in memory, a
+// vouch's; other contents, or the same split differently, differ.
+func TestTheDigestStreamsTheFiles(t *testing.T) {
+	dir := t.TempDir()
+	big := bytes.Repeat([]byte("    server s 10.0.0.1:80\n"), 4<<20/25)
+	small := []byte("global\n")
+	paths := []string{filepath.Join(dir, "a.cfg"), filepath.Join(dir, "b.cfg")}
+	for i, b := range [][]byte{small, big} {
+		if err := os.WriteFile(paths[i], b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := digest(paths); err != nil { // warm
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	sum, err := digest(paths)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 256<<10 {
+		t.Errorf("hashing %d KiB of files allocated %d KiB; want under 256", (len(big)+len(small))>>10, alloc>>10)
+	}
+	if want := sumContents([][]byte{small, big}); sum != want {
+		t.Error("the digest of the files differs from that of their contents")
+	}
+	moved := append(slices.Clone(small), big[0])
+	for _, other := range [][][]byte{{small, big[:len(big)-1]}, {moved, big[1:]}, {big, small}} {
+		if sumContents(other) == sum {
+			t.Errorf("other contents (%d + %d bytes) have the same digest", len(other[0]), len(other[1]))
+		}
 	}
 }
