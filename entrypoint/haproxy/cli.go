@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -54,8 +55,13 @@ func (m *MasterCLI) Do(ctx context.Context, cmd string) (string, error) {
 	}
 	b, err := io.ReadAll(conn)
 	if err != nil {
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			err = ctx.Err()
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// The connection's deadline is ctx's, and may pass before
+			// ctx's own timer fires.
+			err = context.DeadlineExceeded
 		}
 		return string(b), fmt.Errorf("master CLI %q: %w", cmd, err)
 	}
@@ -198,16 +204,16 @@ func (m *MasterCLI) Reload(ctx context.Context) (ReloadResult, error) {
 	switch {
 	case errors.Is(err, errBusy):
 		return ReloadResult{}, fmt.Errorf("%w: %v", ErrNotSent, err)
-	case err != nil && !IsConnDrop(err) && answer == "" && ctx.Err() == nil:
+	case err != nil && !IsConnDrop(err) && answer == "" && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded):
 		return ReloadResult{}, fmt.Errorf("%w: %v", ErrNotSent, err)
 	}
 	var res ReloadResult
 	explicit := strings.HasPrefix(strings.TrimSpace(answer), "Success=")
-	if err == nil || explicit {
-		m.mu.Lock()
-		m.answers = explicit
-		m.mu.Unlock()
-	}
+	// Also a reload cut short, which the master may still be executing:
+	// the next waits for it to answer `show proc` first.
+	m.mu.Lock()
+	m.answers = explicit
+	m.mu.Unlock()
 	if answers && !explicit {
 		// Without the counters from before, `show proc` cannot tell
 		// this reload's outcome from an earlier one's.

@@ -722,11 +722,11 @@ func TestAMasterThatAnswersReloadsIsNotAskedBeforeThem(t *testing.T) {
 	}
 }
 
-// A master that answered the last reload and then closes the next one's
-// connection without a word leaves that reload unconfirmed: without the
-// counters from before it, `show proc` cannot tell its outcome from the
-// last one's. A fake master, since a real one does not change its ways.
-func TestAReloadNotAnsweredAsTheLastIsUnconfirmed(t *testing.T) {
+// fakeMaster answers `show proc` with a master that reloaded as many
+// times as it was asked, and the nth `reload` as answer says: hang holds
+// the answer back until the test ends. It records each command.
+func fakeMaster(t *testing.T, answer func(n int32) (out string, hang bool)) (*MasterCLI, func() []string) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "fake.sock")
 	l, err := net.Listen("unix", path)
 	if err != nil {
@@ -735,23 +735,89 @@ func TestAReloadNotAnsweredAsTheLastIsUnconfirmed(t *testing.T) {
 	t.Cleanup(func() { l.Close() })
 	const procs = "#<PID>          <type>          <reloads>       <uptime>        <version>\n" +
 		"1               master          %d [failed: 0]  0d00h00m01s     3.2.0\n# workers\n%d               worker          0               0d00h00m01s     3.2.0\n"
-	var reloads atomic.Int32
+	var (
+		reloads atomic.Int32
+		mu      sync.Mutex
+		sent    []string
+	)
+	gone := make(chan struct{})
+	t.Cleanup(func() { close(gone) })
+	serve := func(c net.Conn) {
+		defer c.Close()
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		mu.Lock()
+		sent = append(sent, strings.TrimSpace(line))
+		mu.Unlock()
+		switch strings.TrimSpace(line) {
+		case "show proc":
+			n := reloads.Load()
+			fmt.Fprintf(c, procs, n, 100+n)
+		case "reload":
+			out, hang := answer(reloads.Add(1))
+			if hang {
+				<-gone
+			}
+			_, _ = io.WriteString(c, out)
+		}
+	}
 	go func() {
 		for c, err := l.Accept(); err == nil; c, err = l.Accept() {
-			line, _ := bufio.NewReader(c).ReadString('\n')
-			switch strings.TrimSpace(line) {
-			case "show proc":
-				n := reloads.Load()
-				fmt.Fprintf(c, procs, n, 100+n)
-			case "reload":
-				if reloads.Add(1) == 1 {
-					io.WriteString(c, "Success=1\n--\n")
-				}
-			}
-			c.Close()
+			go serve(c)
 		}
 	}()
-	cli := NewMasterCLI(path)
+	return NewMasterCLI(path), func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(sent)
+	}
+}
+
+// A reload cut short by its deadline was sent: it is unconfirmed, never
+// "not sent" (which would reload again), also when the connection's
+// deadline, which is the context's, passes before the context's own timer
+// says so. And the master may still be executing it: the next reload asks
+// `show proc` first, even of a master that answered reloads before, where
+// it was refused at once while the master re-executed.
+func TestAReloadCutShortIsSentAndTheNextWaitsForTheMaster(t *testing.T) {
+	cli, sent := fakeMaster(t, func(n int32) (string, bool) {
+		if n == 1 || n == 12 {
+			return "Success=1\n--\n", false
+		}
+		return "", true
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if res, err := cli.Reload(ctx); err != nil || !res.OK {
+		t.Fatalf("answered reload: ok=%v err=%v", res.OK, err)
+	}
+	for i := range 10 {
+		cut, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		_, err := cli.Reload(cut)
+		cancel()
+		if !errors.Is(err, ErrUnconfirmed) || errors.Is(err, ErrNotSent) {
+			t.Fatalf("reload %d cut short by its deadline: %v, want ErrUnconfirmed", i+2, err)
+		}
+	}
+	n := len(sent())
+	if res, err := cli.Reload(ctx); err != nil || !res.OK {
+		t.Fatalf("reload after the cut ones: ok=%v err=%v", res.OK, err)
+	}
+	if cmds := sent()[n:]; len(cmds) == 0 || cmds[0] != "show proc" {
+		t.Errorf("the reload after a cut one began with %q, want a show proc", cmds)
+	}
+}
+
+// A master that answered the last reload and then closes the next one's
+// connection without a word leaves that reload unconfirmed: without the
+// counters from before it, `show proc` cannot tell its outcome from the
+// last one's. A fake master, since a real one does not change its ways.
+func TestAReloadNotAnsweredAsTheLastIsUnconfirmed(t *testing.T) {
+	cli, _ := fakeMaster(t, func(n int32) (string, bool) {
+		if n == 1 {
+			return "Success=1\n--\n", false
+		}
+		return "", false
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if res, err := cli.Reload(ctx); err != nil || !res.OK || !slices.Equal(res.NewWorkers, []int{101}) {
