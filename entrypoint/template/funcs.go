@@ -13,8 +13,8 @@ import (
 	"github.com/seamless-lb/seamless/entrypoint/model"
 )
 
-// render is the state of one Render: the functions of the template are
-// closures over it, so nothing is shared between renders.
+// render is the state of one Render: the functions of the template call
+// the render that executes it, so no state is shared between renders.
 type render struct {
 	t       *Template
 	tmpl    *template.Template

@@ -101,16 +101,18 @@ type Options struct {
 
 // Template is a parsed user template; it implements model.Renderer.
 // Render may be called from several goroutines; besides the parsed
-// template, a Template keeps only its latest complete rendering (for
-// Origin), the warnings it has logged and the catalog's lists as the
-// latest render converted them (a function of the lists alone), so the
-// output stays a function of the State.
+// template (and one clone of it, bound to one render at a time), a
+// Template keeps only its latest complete rendering (for Origin), the
+// warnings it has logged and the catalog's lists as the latest render
+// converted them (a function of the lists alone), so the output stays a
+// function of the State.
 type Template struct {
 	path   string
 	opts   Options
 	health []string
-	// base is the parsed template; every render executes a clone of it
-	// with the functions bound to that render, most the one bound keeps.
+	// base is the parsed template; a render executes a clone of it whose
+	// functions call that render: bound's, or one of its own when another
+	// render holds bound.
 	base  *template.Template
 	bound *boundTemplate
 	// warned holds the output warnings already logged (warnUnrendered).
