@@ -117,7 +117,7 @@ func digest(files []string) ([sha256.Size]byte, error) {
 		if err != nil {
 			return [sha256.Size]byte{}, err
 		}
-		fmt.Fprintf(h, "\n%d\n", n)
+		endContent(h, n)
 	}
 	return [sha256.Size]byte(h.Sum(nil)), nil
 }
@@ -156,13 +156,17 @@ func readFiles(files []string, path string, data []byte) ([][]byte, error) {
 	return contents, nil
 }
 
+// endContent ends a content of n bytes in a digest: its length after it,
+// where a reader from the end finds it.
+func endContent(h io.Writer, n int64) { fmt.Fprintf(h, "\n%d\n", n) }
+
 // sumContents is digest's hash of files whose contents are given: each
 // content, then its length (after it, so that a file can be streamed).
 func sumContents(contents [][]byte) [sha256.Size]byte {
 	h := sha256.New()
 	for _, b := range contents {
 		h.Write(b)
-		fmt.Fprintf(h, "\n%d\n", len(b))
+		endContent(h, int64(len(b)))
 	}
 	return [sha256.Size]byte(h.Sum(nil))
 }
