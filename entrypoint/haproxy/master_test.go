@@ -197,11 +197,12 @@ func TestBackendServersStateRealHAProxy(t *testing.T) {
 	}
 }
 
-// recordingMaster is a Unix socket in front of the master CLI at addr
-// that passes each connection's first line on and keeps it.
-func recordingMaster(t *testing.T, addr string) (*MasterCLI, func() []string) {
+// commandSocket is a Unix socket that reads each connection's first
+// line, keeps it, and has answer write the reply; serially, one
+// connection at a time. It returns a MasterCLI on it and what it kept.
+func commandSocket(t *testing.T, serially bool, answer func(cmd string, c net.Conn)) (*MasterCLI, func() []string) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "rec.sock")
+	path := filepath.Join(t.TempDir(), "cmd.sock")
 	l, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
@@ -211,22 +212,25 @@ func recordingMaster(t *testing.T, addr string) (*MasterCLI, func() []string) {
 		mu    sync.Mutex
 		lines []string
 	)
-	pass := func(c net.Conn) {
+	serve := func(c net.Conn) {
 		defer c.Close()
 		line, err := bufio.NewReader(c).ReadString('\n')
 		if err != nil {
 			return
 		}
+		cmd := strings.TrimSpace(line)
 		mu.Lock()
-		lines = append(lines, strings.TrimSpace(line))
+		lines = append(lines, cmd)
 		mu.Unlock()
-		out, _ := NewMasterCLI(addr).Do(context.Background(), strings.TrimSpace(line))
-		_, _ = io.WriteString(c, out)
+		answer(cmd, c)
 	}
-	// One connection at a time, as the runtime API makes them.
 	go func() {
 		for c, err := l.Accept(); err == nil; c, err = l.Accept() {
-			pass(c)
+			if serially {
+				serve(c)
+			} else {
+				go serve(c)
+			}
 		}
 	}()
 	return NewMasterCLI(path), func() []string {
@@ -234,6 +238,17 @@ func recordingMaster(t *testing.T, addr string) (*MasterCLI, func() []string) {
 		defer mu.Unlock()
 		return slices.Clone(lines)
 	}
+}
+
+// recordingMaster is a Unix socket in front of the master CLI at addr
+// that passes each connection's first line on and keeps it, one
+// connection at a time, as the runtime API makes them.
+func recordingMaster(t *testing.T, addr string) (*MasterCLI, func() []string) {
+	t.Helper()
+	return commandSocket(t, true, func(cmd string, c net.Conn) {
+		out, _ := NewMasterCLI(addr).Do(context.Background(), cmd)
+		_, _ = io.WriteString(c, out)
+	})
 }
 
 // The runtime API goes over the worker's own socket once it names the
@@ -727,28 +742,13 @@ func TestAMasterThatAnswersReloadsIsNotAskedBeforeThem(t *testing.T) {
 // the answer back until the test ends. It records each command.
 func fakeMaster(t *testing.T, answer func(n int32) (out string, hang bool)) (*MasterCLI, func() []string) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "fake.sock")
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
 	const procs = "#<PID>          <type>          <reloads>       <uptime>        <version>\n" +
 		"1               master          %d [failed: 0]  0d00h00m01s     3.2.0\n# workers\n%d               worker          0               0d00h00m01s     3.2.0\n"
-	var (
-		reloads atomic.Int32
-		mu      sync.Mutex
-		sent    []string
-	)
+	var reloads atomic.Int32
 	gone := make(chan struct{})
 	t.Cleanup(func() { close(gone) })
-	serve := func(c net.Conn) {
-		defer c.Close()
-		line, _ := bufio.NewReader(c).ReadString('\n')
-		mu.Lock()
-		sent = append(sent, strings.TrimSpace(line))
-		mu.Unlock()
-		switch strings.TrimSpace(line) {
+	return commandSocket(t, false, func(cmd string, c net.Conn) {
+		switch cmd {
 		case "show proc":
 			n := reloads.Load()
 			fmt.Fprintf(c, procs, n, 100+n)
@@ -759,17 +759,7 @@ func fakeMaster(t *testing.T, answer func(n int32) (out string, hang bool)) (*Ma
 			}
 			_, _ = io.WriteString(c, out)
 		}
-	}
-	go func() {
-		for c, err := l.Accept(); err == nil; c, err = l.Accept() {
-			go serve(c)
-		}
-	}()
-	return NewMasterCLI(path), func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(sent)
-	}
+	})
 }
 
 // A reload cut short by its deadline was sent: it is unconfirmed, never
