@@ -737,6 +737,34 @@ func TestAMasterThatAnswersReloadsIsNotAskedBeforeThem(t *testing.T) {
 	}
 }
 
+// With real HAProxy: a reload cut short while the master still loads a
+// large configuration is reported sent, and the next reload waits for the
+// master rather than being refused at once (3.0 and 3.2 refused it at
+// every gap up to 200 ms when it skipped its show proc).
+func TestAReloadAfterOneCutShortWaitsForTheMasterRealHAProxy(t *testing.T) {
+	var backends strings.Builder
+	for i := range 20000 {
+		fmt.Fprintf(&backends, "backend b%d\n    server s 127.0.0.1:%d\n", i, 1024+i%60000)
+	}
+	cli, ctx, _, _ := readyMaster(t, backends.String())
+	first, err := cli.Reload(ctx)
+	if err != nil || !first.OK {
+		t.Fatalf("first reload: ok=%v err=%v", first.OK, err)
+	}
+	if first.Messages == "" {
+		t.Skip("2.6 answers no reload: it is always asked show proc first")
+	}
+	cut, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	_, err = cli.Reload(cut)
+	cancel()
+	if !errors.Is(err, ErrUnconfirmed) {
+		t.Fatalf("a reload cut short after 20 ms: %v, want ErrUnconfirmed (sent)", err)
+	}
+	if res, err := cli.Reload(ctx); err != nil || !res.OK {
+		t.Errorf("the reload after a cut one: ok=%v err=%v", res.OK, err)
+	}
+}
+
 // fakeMaster answers `show proc` with a master that reloaded as many
 // times as it was asked, and the nth `reload` as answer says: hang holds
 // the answer back until the test ends. It records each command.
