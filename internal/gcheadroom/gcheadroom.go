@@ -15,10 +15,9 @@ package gcheadroom
 
 import (
 	"math"
-	"runtime"
 	"runtime/debug"
-	"runtime/metrics"
-	"sync"
+
+	"github.com/seamless-lb/seamless/internal/gcwatch"
 )
 
 // maxPercent is the most the floor raises GOGC to: Go's default.
@@ -58,63 +57,20 @@ func percentOf(bytes, live uint64, round func(float64) float64) int {
 	return int(min(round(float64(bytes)*100/float64(live)), 1e9))
 }
 
-// tuner re-reads the live heap after every collection.
-type tuner struct {
-	mu      sync.Mutex
-	h       Headroom
-	set     int // the GOGC in effect
-	stopped bool
-	sample  []metrics.Sample
-}
-
 // Start sets GOGC to h.Percent, tuned after each collection to what h
 // asks for the heap it found live (Headroom.For). The returned stop puts
 // h.Percent back and ends the tuning.
 func Start(h Headroom) (stop func()) {
-	percent := h.Percent
-	t := &tuner{h: h, set: percent,
-		sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
-	debug.SetGCPercent(percent)
-	t.arm()
-	return func() {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		t.stopped = true
-		debug.SetGCPercent(t.h.Percent)
-	}
-}
-
-// sentinel is what arm registers the cleanup on. It holds a pointer: a
-// small object without could share a block of the tiny allocator with a
-// live one, and its cleanup would then never run, ending the tuning.
-type sentinel struct{ _ *byte }
-
-// arm registers a cleanup on an object nothing holds: the next collection
-// finds it unreachable and runs the cleanup, which tunes and arms again.
-func (t *tuner) arm() {
-	runtime.AddCleanup(new(sentinel), func(t *tuner) {
-		if t.tune() {
-			t.arm()
+	set := h.Percent
+	debug.SetGCPercent(set)
+	end := gcwatch.Start(func(live uint64) {
+		if p := h.For(live); p != set {
+			set = p
+			debug.SetGCPercent(p)
 		}
-	}, t)
-}
-
-// tune sets GOGC from the live heap the last collection marked; false
-// once stopped.
-func (t *tuner) tune() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.stopped {
-		return false
+	})
+	return func() {
+		end()
+		debug.SetGCPercent(h.Percent)
 	}
-	metrics.Read(t.sample)
-	var live uint64
-	if t.sample[0].Value.Kind() == metrics.KindUint64 {
-		live = t.sample[0].Value.Uint64()
-	}
-	if p := t.h.For(live); p != t.set {
-		t.set = p
-		debug.SetGCPercent(p)
-	}
-	return true
 }

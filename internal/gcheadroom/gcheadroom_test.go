@@ -3,7 +3,6 @@ package gcheadroom
 import (
 	"runtime"
 	"runtime/metrics"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -120,26 +119,4 @@ func TestTheTunerBoundsALargeHeapsHeadroom(t *testing.T) {
 	keep[len(keep)-1] = 1
 	eventually(t, "a live heap of 40 MiB: the fraction", func(p int) bool { return p == 30 })
 	keep = nil
-}
-
-var kept []*int32
-
-// A sentinel allocated beside small live objects is collected all the
-// same: one without pointers (new(int64)) shared their blocks, and 1 of
-// 20 cleanups ran.
-func TestASentinelBesideTinyLiveObjectsIsCollected(t *testing.T) {
-	var ran atomic.Int32
-	const n = 20
-	for range n {
-		kept = append(kept, new(int32))
-		runtime.AddCleanup(new(sentinel), func(int) { ran.Add(1) }, 0)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for ran.Load() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d cleanups ran", ran.Load(), n)
-		}
-		runtime.GC()
-		time.Sleep(time.Millisecond)
-	}
 }
