@@ -1,6 +1,7 @@
 package main
 
 import (
+	"runtime"
 	"testing"
 	"time"
 
@@ -27,6 +28,28 @@ func TestTheCollectorsHeadroom(t *testing.T) {
 				got = in.metric("go_gc_gogc_percent")
 				return tt.min <= got && got <= tt.max
 			}, func() { t.Logf("go_gc_gogc_percent is %v with GOGC=%q; want %v to %v", got, tt.gogc, tt.min, tt.max) })
+		})
+	}
+}
+
+// Without GOMAXPROCS, seamless's small heap runs on one processor;
+// GOMAXPROCS set by the operator wins.
+func TestOneProcessorForASmallHeap(t *testing.T) {
+	if runtime.NumCPU() == 1 {
+		t.Skip("one CPU: Go's default is one processor already")
+	}
+	for _, tt := range []struct {
+		env  string
+		want float64
+	}{
+		{"", 1},
+		{"2", 2},
+	} {
+		t.Run("GOMAXPROCS="+tt.env, func(t *testing.T) {
+			_, _, in := serving(t, 1, startOpts{env: []string{"GOMAXPROCS=" + tt.env}})
+			if got := in.metric("go_sched_gomaxprocs_threads"); got != tt.want {
+				t.Errorf("go_sched_gomaxprocs_threads is %v with GOMAXPROCS=%q; want %v", got, tt.env, tt.want)
+			}
 		})
 	}
 }
