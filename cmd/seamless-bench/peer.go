@@ -192,7 +192,7 @@ func parsePeerFlags(args []string, stderr io.Writer) (peerOptions, error) {
 	fs.BoolVar(&o.together, "together", false, "run the tools at once on one Consul (default: each alone)")
 	fs.StringVar(&tools, "tools", "ct,ctcheck,ctreload,template,builtin", "tools: ct (consul-template), ctcheck (consul-template running haproxy -c as its command), "+
 		"ctreload (consul-template running haproxy -D -sf as its command, its changes probed through that HAProxy), template (seamless with it), builtin (seamless's built-in template)")
-	fs.Var(&o.env, "env", "a further SEAMLESS_* variable, or GOGC or GOMEMLIMIT, for seamless alone, `NAME=VALUE` (repeatable)")
+	fs.Var(&o.env, "env", "a further SEAMLESS_* variable, or GOGC, GOMEMLIMIT or GOMAXPROCS, for seamless alone, `NAME=VALUE` (repeatable)")
 	fs.BoolVar(&o.direct, "direct", false, "seamless talks to the Consul agent directly, not through the counting proxy: "+
 		"its Consul traffic is not measured, and the proxy's two descriptors per held query are saved "+
 		"(10,000 per-service watches need 20,000 in the benchmark's process)")

@@ -163,7 +163,7 @@ func parsePropFlags(args []string, stderr io.Writer) (propOptions, error) {
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's directory (logs, configurations) also after a successful run")
 	fs.StringVar(&o.consul, "consul", consulproc.DefaultBin(), "Consul agent binary")
 	fs.IntVar(&o.changes, "changes", 100, "changes per row (p99 of 100 is the second slowest; of 50 or fewer, the slowest)")
-	fs.Var(&o.env, "env", "a further SEAMLESS_* variable, or GOGC or GOMEMLIMIT, for seamless alone, `NAME=VALUE` (repeatable), e.g. SEAMLESS_LOG_LEVEL=debug")
+	fs.Var(&o.env, "env", "a further SEAMLESS_* variable, or GOGC, GOMEMLIMIT or GOMAXPROCS, for seamless alone, `NAME=VALUE` (repeatable), e.g. SEAMLESS_LOG_LEVEL=debug")
 	fs.StringVar(&o.waits, "waits", "default,0", "SEAMLESS_WAIT values, one row each (\"default\": the binary's own)")
 	fs.StringVar(&o.slots, "slots", "default,0", "SEAMLESS_SERVER_SLOTS values, one row each (\"default\": the binary's own; 0 reloads for every change)")
 	fs.StringVar(&kinds, "kinds", "health,register", "kinds of change: health (check passing/critical), register (register/deregister the node)")

@@ -161,7 +161,7 @@ func parseScaleFlags(args []string, stderr io.Writer) (scaleOptions, error) {
 	fs.IntVar(&o.changes, "changes", 10, "changes per row (one instance critical, then passing again, ...)")
 	fs.IntVar(&o.renders, "renders", 9, "in-process renders timed per row")
 	fs.IntVar(&o.checks, "checks", 3, "haproxy -c runs timed per row")
-	fs.Var(&o.env, "env", "a further SEAMLESS_* variable, or GOGC or GOMEMLIMIT, for seamless alone, `NAME=VALUE` (repeatable), e.g. SEAMLESS_LOG_LEVEL=debug")
+	fs.Var(&o.env, "env", "a further SEAMLESS_* variable, or GOGC, GOMEMLIMIT or GOMAXPROCS, for seamless alone, `NAME=VALUE` (repeatable), e.g. SEAMLESS_LOG_LEVEL=debug")
 	fs.StringVar(&o.wait, "wait", "default", "SEAMLESS_WAIT for seamless (\"default\": the binary's own)")
 	fs.StringVar(&o.slots, "slots", "default,0", "SEAMLESS_SERVER_SLOTS values, one set of rows each (\"default\": the binary's own; 0 reloads for every change)")
 	fs.DurationVar(&o.every, "poll", 2*time.Millisecond, "interval of the probes through HAProxy")

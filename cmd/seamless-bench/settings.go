@@ -48,19 +48,20 @@ func parseVariants(name, list string, defaults map[string]string) ([]variant, er
 }
 
 // envFlag collects -env NAME=VALUE flags: seamless's own variables and
-// the Go runtime's memory settings, which go to seamless alone (set in the
-// benchmark's environment they would reach Consul and the peers too).
+// the Go runtime's memory and processor settings, which go to seamless
+// alone (set in the benchmark's environment they would reach Consul and
+// the peers too).
 type envFlag map[string]string
 
 // goRuntimeEnv are the Go runtime's variables -env takes.
-var goRuntimeEnv = []string{"GOGC", "GOMEMLIMIT"}
+var goRuntimeEnv = []string{"GOGC", "GOMEMLIMIT", "GOMAXPROCS"}
 
 func (e *envFlag) String() string { return fmt.Sprint(map[string]string(*e)) }
 
 func (e *envFlag) Set(s string) error {
 	name, value, ok := strings.Cut(s, "=")
 	if !ok || !strings.HasPrefix(name, "SEAMLESS_") && !slices.Contains(goRuntimeEnv, name) {
-		return fmt.Errorf("%q is not SEAMLESS_NAME=VALUE, GOGC=VALUE or GOMEMLIMIT=VALUE", s)
+		return fmt.Errorf("%q is not SEAMLESS_NAME=VALUE, GOGC=VALUE, GOMEMLIMIT=VALUE or GOMAXPROCS=VALUE", s)
 	}
 	if *e == nil {
 		*e = envFlag{}

@@ -2,7 +2,7 @@ package main
 
 import "testing"
 
-func TestEnvFlagTakesSeamlessAndGoMemoryVariablesOnly(t *testing.T) {
+func TestEnvFlagTakesSeamlessAndGoRuntimeVariablesOnly(t *testing.T) {
 	for _, tc := range []struct {
 		arg string
 		ok  bool
@@ -10,6 +10,7 @@ func TestEnvFlagTakesSeamlessAndGoMemoryVariablesOnly(t *testing.T) {
 		{"SEAMLESS_WAIT=0", true},
 		{"GOMEMLIMIT=224MiB", true},
 		{"GOGC=50", true},
+		{"GOMAXPROCS=2", true},
 		{"GODEBUG=gctrace=1", false},
 		{"CONSUL_HTTP_TOKEN=x", false},
 		{"SEAMLESS_WAIT", false},

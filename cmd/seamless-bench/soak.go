@@ -81,7 +81,7 @@ func parseSoakFlags(args []string, stderr io.Writer) (soakOptions, error) {
 	fs.IntVar(&o.burst, "burst", 5, "requests per burst of each load loop (3 stable services × 2 client modes)")
 	fs.DurationVar(&o.burstEvery, "burst-every", 100*time.Millisecond, "interval of the bursts")
 	fs.DurationVar(&o.settle, "settle", 2*time.Minute, "time limit for the configuration to equal a fresh render after the churn")
-	fs.Var(&o.env, "env", "a further SEAMLESS_* variable, or GOGC or GOMEMLIMIT, for seamless alone, `NAME=VALUE` (repeatable)")
+	fs.Var(&o.env, "env", "a further SEAMLESS_* variable, or GOGC, GOMEMLIMIT or GOMAXPROCS, for seamless alone, `NAME=VALUE` (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
