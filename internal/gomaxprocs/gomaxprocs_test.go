@@ -46,6 +46,9 @@ func procsUntil(t *testing.T, what string, want int) {
 // One processor while the heap is small, Go's default while it is large,
 // and the default after stop.
 func TestTheProcessorsFollowTheLiveHeap(t *testing.T) {
+	was := runtime.GOMAXPROCS(0)
+	t.Cleanup(func() { runtime.GOMAXPROCS(was) })
+	runtime.SetDefaultGOMAXPROCS() // what Start goes up to, whatever GOMAXPROCS says
 	all := runtime.GOMAXPROCS(0)
 	if all == 1 {
 		t.Skip("Go's default here is one processor: nothing would change")
