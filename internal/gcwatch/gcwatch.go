@@ -1,4 +1,4 @@
-// Package gcwatch calls a function after every garbage collection with
+// Package gcwatch calls a function after garbage collections with
 // the live heap that collection marked, for settings that follow the
 // size of what a process keeps (the collector's headroom, how many
 // processors run Go code).
@@ -17,9 +17,10 @@ type watch struct {
 	sample  []metrics.Sample
 }
 
-// Start calls f with the live heap in bytes after each collection from
-// the next one on (0 when the runtime has no reading). Calls do not
-// overlap; after stop returns, f is not called again.
+// Start calls f with the live heap in bytes after collections from the
+// next one on (0 when the runtime has no reading): after each, unless
+// another ends before f was called for the last, and then once with the
+// latest. Calls do not overlap; after stop returns, f is not called again.
 func Start(f func(live uint64)) (stop func()) {
 	w := &watch{f: f, sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
 	w.arm()

@@ -45,14 +45,17 @@ func Start(b Bounds) (stop func()) {
 	many := false
 	runtime.GOMAXPROCS(1)
 	end := gcwatch.Start(func(live uint64) {
-		if m := b.Many(live, many); m != many {
-			many = m
-			if many {
-				// Go's default, and its updates when the CPU limit changes.
-				runtime.SetDefaultGOMAXPROCS()
-			} else {
-				runtime.GOMAXPROCS(1)
-			}
+		was := many
+		many = b.Many(live, many)
+		switch {
+		case many:
+			// Go's default, set again after every collection (it stops
+			// the world only when it changes something): a change of the
+			// CPU limit that met a switch to one processor ends the
+			// runtime's own updates for good.
+			runtime.SetDefaultGOMAXPROCS()
+		case was:
+			runtime.GOMAXPROCS(1)
 		}
 	})
 	return func() {
