@@ -1,7 +1,7 @@
-// Package gcwatch calls a function after garbage collections with
-// the live heap that collection marked, for settings that follow the
-// size of what a process keeps (the collector's headroom, how many
-// processors run Go code).
+// Package gcwatch calls a function after garbage collections with the
+// live heap the last one marked, for settings that follow the size of
+// what a process keeps (the collector's headroom, how many processors
+// run Go code).
 package gcwatch
 
 import (
