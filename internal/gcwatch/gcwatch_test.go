@@ -5,21 +5,16 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
 var keep []byte
 
-// collectUntil collects until ok holds.
+// collectUntil collects until ok holds: the watch runs after a collection.
 func collectUntil(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 10s: %s", what)
-		}
-		runtime.GC() // the cleanup runs after a collection
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, what, func() bool { runtime.GC(); return ok() })
 }
 
 // f sees the live heap of each collection, and nothing after stop.
@@ -58,12 +53,5 @@ func TestASentinelBesideTinyLiveObjectsIsCollected(t *testing.T) {
 		kept = append(kept, new(int32))
 		runtime.AddCleanup(new(sentinel), func(int) { ran.Add(1) }, 0)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for ran.Load() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d cleanups ran", ran.Load(), n)
-		}
-		runtime.GC()
-		time.Sleep(time.Millisecond)
-	}
+	collectUntil(t, "every sentinel's cleanup ran", func() bool { return ran.Load() == n })
 }

@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
 func TestManyBetweenTheBounds(t *testing.T) {
@@ -30,17 +32,12 @@ func TestManyBetweenTheBounds(t *testing.T) {
 
 var keep []byte
 
-// procsUntil collects until GOMAXPROCS is want.
+// procsUntil collects until GOMAXPROCS is want: the watch runs after a
+// collection.
 func procsUntil(t *testing.T, what string, want int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.GOMAXPROCS(0) != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: GOMAXPROCS is %d, want %d", what, runtime.GOMAXPROCS(0), want)
-		}
-		runtime.GC() // the watch runs after a collection
-		time.Sleep(time.Millisecond)
-	}
+	testenv.EventuallyExplained(t, 10*time.Second, what, func() bool { runtime.GC(); return runtime.GOMAXPROCS(0) == want },
+		func() { t.Logf("GOMAXPROCS is %d, want %d", runtime.GOMAXPROCS(0), want) })
 }
 
 // One processor while the heap is small, Go's default while it is large,
