@@ -105,3 +105,23 @@ func ParseShowProc(s string) (Procs, error) {
 	}
 	return p, nil
 }
+
+// VersionAtLeast reports whether v, a version as `show proc` or
+// `haproxy -v` prints it ("3.2.26-1", "2.6.12-1+deb12u4"), is major.minor
+// or later; false when v does not start with two numbers.
+func VersionAtLeast(v string, major, minor int) bool {
+	ma, rest, ok := strings.Cut(v, ".")
+	if !ok {
+		return false
+	}
+	mi := rest
+	if i := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		mi = rest[:i]
+	}
+	x, err1 := strconv.Atoi(ma)
+	y, err2 := strconv.Atoi(mi)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return x > major || x == major && y >= minor
+}

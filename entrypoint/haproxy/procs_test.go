@@ -87,3 +87,17 @@ func TestHasWorkersCountsTheSurvivorOfAFailedReload(t *testing.T) {
 		t.Error("HasWorkers is true without workers")
 	}
 }
+
+func TestVersionAtLeast(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		want bool
+	}{
+		{"3.0.5", true}, {"3.2.26-1", true}, {"10.1", true}, {"2.6.12-1+deb12u4", false}, {"2.9-dev3", false},
+		{"3.0-dev1", true}, {"", false}, {"3", false}, {"x.y", false},
+	} {
+		if got := VersionAtLeast(c.v, 3, 0); got != c.want {
+			t.Errorf("VersionAtLeast(%q, 3, 0) = %v, want %v", c.v, got, c.want)
+		}
+	}
+}
