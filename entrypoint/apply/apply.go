@@ -64,6 +64,13 @@ type Options struct {
 	// Runtime, when set, applies renderings that differ only in their
 	// server slots without a reload.
 	Runtime Runtime
+	// MovesInPlace, when set and true, lets Runtime apply a rendering
+	// without slots (a template of yours) that differs only in servers
+	// moved (movesOnly): it says that HAProxy sends a keep-alive client's
+	// next request to a server's new address after `set server addr`, as
+	// 3.0 and 3.2 do; 2.6 keeps sending a busy one to the old address,
+	// where a reload moves it.
+	MovesInPlace func() bool
 	// StateFile, when set, receives the servers' runtime state before
 	// every reload (the template's server-state-file).
 	StateFile string

@@ -30,7 +30,7 @@ const (
 // updateRuntime changes the slots over the runtime API. It reports false
 // when that failed and a reload must apply the rendering instead.
 func (a *Applier) updateRuntime(ctx context.Context, at attempt) bool {
-	err := a.runtime(ctx, at.rend)
+	err := a.runtime(ctx, at)
 	switch {
 	case err == nil:
 		a.took(at, metrics.Runtime)
@@ -52,16 +52,28 @@ func (a *Applier) updateRuntime(ctx context.Context, at attempt) bool {
 // later, with the snapshots (save): a crash until then may bring the
 // previous file back, whole, and the syncs were a large part of
 // seamless's CPU per change at 100 × 10, where syscalls cost most.
-func (a *Applier) runtime(ctx context.Context, rend model.Rendering) error {
-	cmds, err := slotCommands(a.runRend.Servers, rend.Servers, !rend.NoHealthChecks)
-	if err != nil {
-		return err
+func (a *Applier) runtime(ctx context.Context, at attempt) error {
+	rend := at.rend
+	var cmds []string
+	if at.moves != nil {
+		cmds = moveCommands(at.moves)
+	} else {
+		var err error
+		if cmds, err = slotCommands(a.runRend.Servers, rend.Servers, !rend.NoHealthChecks); err != nil {
+			return err
+		}
 	}
 	touched := touchedSlots(cmds)
 	file := stageFile(a.opts.Path, rend.Config, 0o640)
-	want, states, err := applyAndRead(ctx, a.opts.Runtime, cmds, rend.Servers, touched)
-	if err == nil {
-		err = verify(want, states, touched)
+	var err error
+	if at.moves != nil {
+		err = moveServers(ctx, a.opts.Runtime, cmds, at.moves, touchedBackends(touched))
+	} else {
+		var want []model.ServerSlot
+		var states []haproxy.ServerState
+		if want, states, err = applyAndRead(ctx, a.opts.Runtime, cmds, rend.Servers, touched); err == nil {
+			err = verify(want, states, touched)
+		}
 	}
 	if err != nil {
 		file.discard()
@@ -74,6 +86,34 @@ func (a *Applier) runtime(ctx context.Context, rend model.Rendering) error {
 	a.unsynced.Store(true)
 	a.log.Debug("runtime commands", "commands", strings.Join(cmds, "; "))
 	return nil
+}
+
+// addressSettles bounds how long moved servers may take to show their new
+// address in `show servers state` before the change counts as not taken.
+const addressSettles = time.Second
+
+// moveServers sends the commands of moves and checks that HAProxy runs
+// them. HAProxy 3.x applies a new address after the command's connection
+// (`show servers state` on the same connection to the worker's socket
+// still shows the old one), so the servers are read again, each time on
+// a connection of its own, until they show the moves or addressSettles
+// has passed.
+func moveServers(ctx context.Context, rt Runtime, cmds []string, moves []serverMove, backends []string) error {
+	states, err := applyAndReadBackends(ctx, rt, cmds, backends)
+	deadline, delay := time.Now().Add(addressSettles), time.Millisecond
+	for err == nil {
+		if err = verifyMoves(moves, states); err == nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 50*time.Millisecond)
+		states, err = readBackends(ctx, rt, backends)
+	}
+	return err
 }
 
 // reloadWith writes and validates the rendering, reloads HAProxy, and

@@ -2,8 +2,10 @@ package apply
 
 import (
 	"bytes"
+	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/seamless-lb/seamless/entrypoint/haproxy"
@@ -403,4 +405,145 @@ func controls(line []byte) bool {
 // misplace the address).
 func words(line string) []string {
 	return strings.FieldsFunc(line, func(r rune) bool { return r == ' ' || r == '\t' })
+}
+
+// serverMove is a server of a backend that moves to another address.
+type serverMove struct {
+	backend, server string
+	to              netip.AddrPort
+}
+
+// movesOnly returns the servers next moves when that is all it changes
+// from taken: every line that differs is a moved server (movedServer) of
+// a backend or listen section, both named as HAProxy allows and the
+// server named by no other server line of its section. Each move is then
+// one `set server` away, and the worker runs what a reload of next would
+// start it with. A configuration that says hash-key anywhere needs the
+// reload: a server hashed by its address would keep its old place.
+func movesOnly(taken, next []byte) ([]serverMove, bool) {
+	if len(taken) == 0 || bytes.Contains(next, []byte("hash-key")) {
+		return nil, false
+	}
+	ma, mb, start := changedRuns(taken, next)
+	if bytes.Count(ma, []byte{'\n'}) != bytes.Count(mb, []byte{'\n'}) {
+		return nil, false
+	}
+	// The section of the first line, and where its header starts: the
+	// same offset in next, whose bytes before start are taken's.
+	header := start
+	kind, name := "", ""
+	for header > 0 {
+		j := bytes.LastIndexByte(taken[:header-1], '\n') + 1
+		if k, n, ok := sectionName(taken[j : header-1]); ok {
+			header, kind, name = j, k, n
+			break
+		}
+		header = j
+	}
+	var moves []serverMove
+	headers := map[int]bool{} // the sections moves are in, by header offset in next
+	at := start               // the offset in next of the line below
+	for {
+		la, ra, more := bytes.Cut(ma, []byte{'\n'})
+		lb, rb, _ := bytes.Cut(mb, []byte{'\n'})
+		switch {
+		case bytes.Equal(la, lb):
+			if k, n, ok := sectionName(lb); ok {
+				header, kind, name = at, k, n
+			}
+		case (kind == "backend" || kind == "listen") && serverName(name) &&
+			isServerLine(la) && isServerLine(lb) && movedServer(string(la), string(lb)):
+			w := words(string(lb))
+			to, _ := plainAddr(w[2])
+			if !serverName(w[1]) {
+				return nil, false
+			}
+			moves = append(moves, serverMove{backend: name, server: w[1], to: to})
+			headers[header] = true
+		default:
+			return nil, false
+		}
+		if !more {
+			break
+		}
+		at += len(lb) + 1
+		ma, mb = ra, rb
+	}
+	for h := range headers {
+		if !namedOnce(next, h, moves) {
+			return nil, false
+		}
+	}
+	return moves, len(moves) > 0
+}
+
+// sectionName is the kind and name of the section line opens, if it
+// opens one.
+func sectionName(line []byte) (kind, name string, ok bool) {
+	w := words(string(line))
+	if len(w) == 0 || !haproxy.Section(w[0]) {
+		return "", "", false
+	}
+	if len(w) > 1 {
+		name = w[1]
+	}
+	return w[0], name, true
+}
+
+// namedOnce: in the section whose header line starts at offset header of
+// cfg, each server moves names in that section is named by one server
+// line alone, so that `set server` reaches the one that moved.
+func namedOnce(cfg []byte, header int, moves []serverMove) bool {
+	first, rest, _ := bytes.Cut(cfg[header:], []byte{'\n'})
+	_, section, _ := sectionName(first)
+	count := map[string]int{}
+	for len(rest) > 0 {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte{'\n'})
+		if _, _, ok := sectionName(line); ok {
+			break
+		}
+		if w := words(string(line)); len(w) > 1 && (w[0] == "server" || w[0] == "server-template") {
+			count[w[1]]++
+		}
+	}
+	for _, m := range moves {
+		if m.backend == section && count[m.server] != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// moveCommands are the runtime commands that make moves.
+func moveCommands(moves []serverMove) []string {
+	cmds := make([]string, len(moves))
+	for i, m := range moves {
+		cmds[i] = "set server " + slotKey(m.backend, m.server) + " addr " + m.to.Addr().String() + " port " + strconv.Itoa(int(m.to.Port()))
+	}
+	return cmds
+}
+
+// verifyMoves checks that HAProxy's servers are where moves put them.
+func verifyMoves(moves []serverMove, got []haproxy.ServerState) error {
+	have := make(map[slotID]haproxy.ServerState, len(got))
+	for _, s := range got {
+		have[slotID{s.Backend, s.Server}] = s
+	}
+	var bad []string
+	for _, m := range moves {
+		k := slotKey(m.backend, m.server)
+		g, ok := have[slotID{m.backend, m.server}]
+		if !ok {
+			bad = append(bad, k+" is missing")
+			continue
+		}
+		if a, err := netip.ParseAddr(g.Address); err != nil || a != m.to.Addr() || g.Port != int(m.to.Port()) {
+			bad = append(bad, fmt.Sprintf("%s is at %s:%d, want %s", k, g.Address, g.Port, m.to))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("HAProxy's servers differ from the plan: %s", strings.Join(bad, "; "))
+	}
+	return nil
 }

@@ -17,6 +17,7 @@ type attempt struct {
 	catalog model.Catalog     // the local catalog behind rend
 	indexes map[string]uint64 // by datacenter, the Consul index of each catalog behind rend
 	change  string            // what changed, per service, for the log and /status
+	moves   []serverMove      // a runtimeUpdate of servers moved in a configuration without slots
 }
 
 // digest is the hash of at's configuration, by which a refusal is
@@ -30,7 +31,7 @@ type step int
 const (
 	unchanged     step = iota // HAProxy runs these bytes already
 	refusedBefore             // HAProxy or haproxy -c refused these bytes: wait for others
-	runtimeUpdate             // only server slots differ: the runtime API, no reload
+	runtimeUpdate             // only server slots differ, or servers moved: the runtime API, no reload
 	reloadNeeded              // anything else: write, validate, reload
 )
 
@@ -45,8 +46,28 @@ func (a *Applier) plan(at *attempt) step {
 		return refusedBefore
 	case a.runtimeApplies(at.rend, at.force):
 		return runtimeUpdate
+	case a.movesApply(at):
+		return runtimeUpdate
 	}
 	return reloadNeeded
+}
+
+// movesApply: at's rendering, which has no slots (a template of yours),
+// differs from what HAProxy runs only in servers moved (movesOnly), which
+// at.moves then holds, and HAProxy moves keep-alive clients with them
+// (Options.MovesInPlace). A reload for each would re-execute the master
+// and start a worker per instance that moves, where `set server` changes
+// the one that runs.
+func (a *Applier) movesApply(at *attempt) bool {
+	if at.force || a.opts.Runtime == nil || !a.taken || at.rend.Servers.Len() > 0 ||
+		a.opts.MovesInPlace == nil || !a.opts.MovesInPlace() {
+		return false
+	}
+	moves, ok := movesOnly(a.running, at.rend.Config)
+	if ok {
+		at.moves = moves
+	}
+	return ok
 }
 
 // runtimeApplies: rend differs from what runs only in its server slots.

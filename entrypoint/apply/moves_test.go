@@ -1,0 +1,99 @@
+package apply
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// movesBase: a backend, a listen section, a ring whose server lines are
+// no backend's, and %s for lines under test at the end of backend web.
+const movesBase = `global
+    maxconn 100
+
+ring logs
+    format rfc5424
+    server log1 10.0.9.1:514
+
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+
+frontend http-in
+    bind 127.0.0.1:18000
+    default_backend web
+
+backend web
+    balance roundrobin
+    server web-1 10.0.0.1:8080 check inter 2s
+    server web-2 10.0.0.2:8080
+%s
+listen api
+    bind 127.0.0.1:18001
+    server api-1 [fd00::1]:9000
+`
+
+func TestOnlyMovedServersOfABackendGoOverTheRuntimeAPI(t *testing.T) {
+	taken := fmt.Sprintf(movesBase, "    server web-3 10.0.0.3:8080")
+	hashed := taken + "backend h\n    hash-key addr\n"
+	cases := []struct {
+		name        string
+		taken, next string
+		want        []string // the commands; nil: a reload
+	}{
+		{"a port", taken, strings.Replace(taken, "10.0.0.1:8080 check", "10.0.0.1:8081 check", 1),
+			[]string{"set server web/web-1 addr 10.0.0.1 port 8081"}},
+		{"an address", taken, strings.Replace(taken, "10.0.0.2:8080", "10.0.0.22:8080", 1),
+			[]string{"set server web/web-2 addr 10.0.0.22 port 8080"}},
+		{"in a listen section, IPv6", taken, strings.Replace(taken, "[fd00::1]:9000", "[fd00::2]:9001", 1),
+			[]string{"set server api/api-1 addr fd00::2 port 9001"}},
+		{"two backends at once", taken, strings.Replace(strings.Replace(taken, "10.0.0.3:8080", "10.0.0.3:9090", 1), "[fd00::1]:9000", "[fd00::1]:9002", 1),
+			[]string{"set server web/web-3 addr 10.0.0.3 port 9090", "set server api/api-1 addr fd00::1 port 9002"}},
+		{"a ring's server", taken, strings.Replace(taken, "10.0.9.1:514", "10.0.9.2:514", 1), nil},
+		{"another word too", taken, strings.Replace(taken, "10.0.0.1:8080 check inter 2s", "10.0.0.1:8081 check inter 3s", 1), nil},
+		{"a server added", taken, fmt.Sprintf(movesBase, "    server web-3 10.0.0.3:8080\n    server web-4 10.0.0.4:8080"), nil},
+		{"a server removed", taken, fmt.Sprintf(movesBase, ""), nil},
+		{"a move and another line", taken, strings.Replace(strings.Replace(taken, "10.0.0.1:8080", "10.0.0.1:8081", 1), "roundrobin", "leastconn", 1), nil},
+		{"a host name", taken, strings.Replace(taken, "10.0.0.2:8080", "web.example:8080", 1), nil},
+		{"to another family", taken, strings.Replace(taken, "10.0.0.2:8080", "[fd00::2]:8080", 1), nil},
+		{"hash-key anywhere", hashed, strings.Replace(hashed, "10.0.0.1:8080 check", "10.0.0.1:8081 check", 1), nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			moves, ok := movesOnly([]byte(c.taken), []byte(c.next))
+			if c.want == nil {
+				if ok {
+					t.Fatalf("movesOnly = %v, want a reload", moveCommands(moves))
+				}
+				return
+			}
+			if !ok {
+				t.Fatalf("movesOnly refused, want %v", c.want)
+			}
+			if got := moveCommands(moves); !slices.Equal(got, c.want) {
+				t.Errorf("commands %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// A server name another server line of its section holds too, by itself
+// or as a server-template's prefix, is not one `set server` away.
+func TestAMovedServerNamedTwiceInItsSectionIsReloaded(t *testing.T) {
+	for _, other := range []string{"    server web-1 10.0.0.7:8080", "    server-template web-1 2 10.0.0.8:8080"} {
+		taken := fmt.Sprintf(movesBase, other)
+		next := strings.Replace(taken, "10.0.0.1:8080 check", "10.0.0.1:8081 check", 1)
+		if moves, ok := movesOnly([]byte(taken), []byte(next)); ok {
+			t.Errorf("beside %q: movesOnly = %v, want a reload", other, moveCommands(moves))
+		}
+	}
+	// The same name in another backend is another server.
+	taken := fmt.Sprintf(movesBase, "") + "backend other\n    server web-1 10.0.0.7:8080\n"
+	next := strings.Replace(taken, "10.0.0.1:8080 check", "10.0.0.1:8081 check", 1)
+	if _, ok := movesOnly([]byte(taken), []byte(next)); !ok {
+		t.Error("a name another backend holds too: movesOnly refused")
+	}
+}
