@@ -4,14 +4,18 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"github.com/seamless-lb/seamless/entrypoint/haproxy"
 	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
@@ -206,4 +210,99 @@ func TestStartupFailureAfterDiscoveryExits(t *testing.T) {
 		<-done
 		t.Fatalf("seamless hung after a failed start:\n%s", out.String())
 	}
+}
+
+// With a template of yours, an instance that moves to another port is a
+// server line whose address alone changed. On HAProxy 3.0+ the running
+// worker takes it over the runtime API, with no reload; on 2.6, which
+// would keep sending a busy keep-alive client to the old address, it
+// reloads. Either way such a client's requests follow the move, and the
+// file says it. An instance added still reloads.
+func TestATemplatesMovedServerTakesItsKeepAliveClientsAlong(t *testing.T) {
+	r := newDiscoveryRig(t)
+	c := r.consul.Client()
+	for _, n := range []string{"web1", "web2", "web3", "web4"} {
+		r.ports[n] = namedBackend(t, n)
+	}
+	registerExternal(t, c, "web2", "web", r.ports["web2"], api.HealthPassing)
+	tmpl := filepath.Join(t.TempDir(), "haproxy.cfg.tmpl")
+	writeAtomic(t, tmpl, classicTemplate)
+	r.extraEnv = []string{"SEAMLESS_TEMPLATE=" + tmpl, "WWW_BIND=" + r.http}
+	in := r.start(t)
+	r.eventuallyServedBy(t, "127.0.0.1", "web2")
+	procs := in.showProc()
+	inPlace := haproxy.VersionAtLeast(procs.Master.Version, 3, 0)
+	reloads, updates := in.metric(successes), in.metric(runtimeUpdates)
+	busy := keepAliveClient(t, r.http)
+	testenv.Eventually(t, 5*time.Second, "the keep-alive client served by web2", func() bool { return busy.last() == "web2" })
+
+	t.Log("web2's instance moves to web3's port")
+	registerExternal(t, c, "web2", "web", r.ports["web3"], api.HealthPassing)
+	testenv.EventuallyExplained(t, 10*time.Second, "the keep-alive client follows the move to web3",
+		func() bool { return busy.last() == "web3" }, func() { t.Logf("last served by %s", busy.last()) })
+	rendered := filepath.Join(r.stateDir, "haproxy.cfg")
+	if b, _ := os.ReadFile(rendered); !strings.Contains(string(b), fmt.Sprintf("server node-web2 127.0.0.1:%d\n", r.ports["web3"])) {
+		t.Errorf("the file does not hold the move:\n%s", b)
+	}
+	wantReloads, wantUpdates := reloads, updates+1
+	if !inPlace {
+		wantReloads, wantUpdates = reloads+1, updates
+	}
+	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("HAProxy %s: %v reloads and %v runtime updates for the move", procs.Master.Version, wantReloads-reloads, wantUpdates-updates), func() bool {
+		return in.metric(successes) == wantReloads && in.metric(runtimeUpdates) == wantUpdates
+	})
+	if now := in.showProc().Workers; inPlace && (len(now) != 1 || len(procs.Workers) != 1 || now[0].Pid != procs.Workers[0].Pid) {
+		t.Errorf("workers %v, then %v: want the same one", procs.Workers, now)
+	}
+
+	t.Log("an instance added reloads")
+	registerExternal(t, c, "web4", "web", r.ports["web4"], api.HealthPassing)
+	r.eventuallyServedBy(t, "127.0.0.1", "web3", "web4")
+	// The new worker serves before the reload is confirmed and counted.
+	testenv.Eventually(t, 10*time.Second, "one reload for the added server", func() bool {
+		return in.metric(successes) == wantReloads+1
+	})
+}
+
+// liveClient sends requests one after another on one kept-alive
+// connection until the test ends, and remembers who answered last.
+type liveClient struct {
+	mu   sync.Mutex
+	body string
+}
+
+func (l *liveClient) last() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.body
+}
+
+func keepAliveClient(t *testing.T, addr string) *liveClient {
+	t.Helper()
+	l := &liveClient{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	tr := &http.Transport{MaxConnsPerHost: 1, MaxIdleConnsPerHost: 1}
+	go func() {
+		defer close(done)
+		hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+		end := time.Now().Add(time.Minute)
+		for i := 0; i < 200_000 && time.Now().Before(end); i++ {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/", nil)
+			resp, err := hc.Do(req)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				continue
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			l.mu.Lock()
+			l.body = strings.TrimSpace(string(b))
+			l.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done; tr.CloseIdleConnections() })
+	return l
 }

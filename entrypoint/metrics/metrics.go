@@ -117,7 +117,7 @@ func New() *Metrics {
 		}, []string{"datacenter"}),
 		RuntimeUpdates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seamless_runtime_updates_total",
-			Help: "Membership changes applied over HAProxy's runtime API without a reload, by result; a failure falls back to a reload.",
+			Help: "Membership changes (and a template's moved servers, on HAProxy 3.0+) applied over HAProxy's runtime API without a reload, by result; a failure falls back to a reload.",
 		}, []string{"result"}),
 		RuntimeConns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seamless_runtime_connections_total",
