@@ -83,24 +83,41 @@ func serverChanges(a, b servers, section string, next []byte) bool {
 
 // sectionOf is the section line opens, if it opens one.
 func sectionOf(line []byte) (string, bool) {
+	kind, _, ok := sectionName(line)
+	return kind, ok
+}
+
+// sectionName is the kind and name of the section line opens, if it
+// opens one.
+func sectionName(line []byte) (kind, name string, ok bool) {
 	w := words(string(line))
 	if len(w) == 0 || !haproxy.Section(w[0]) {
-		return "", false
+		return "", "", false
 	}
-	return w[0], true
+	if len(w) > 1 {
+		name = w[1]
+	}
+	return w[0], name, true
 }
 
 // sectionAt is the section cfg's line at offset i is in: "" before any.
 // Server lines mean one thing in a backend, others in peers or a ring.
 func sectionAt(cfg []byte, i int) string {
+	_, kind, _ := sectionHeaderAt(cfg, i)
+	return kind
+}
+
+// sectionHeaderAt is sectionAt with the section's name and the offset of
+// its header line (0 and "" before any section).
+func sectionHeaderAt(cfg []byte, i int) (header int, kind, name string) {
 	for i > 0 {
 		j := bytes.LastIndexByte(cfg[:i-1], '\n') + 1
-		if s, ok := sectionOf(cfg[j : i-1]); ok {
-			return s
+		if k, n, ok := sectionName(cfg[j : i-1]); ok {
+			return j, k, n
 		}
 		i = j
 	}
-	return ""
+	return 0, "", ""
 }
 
 // maxServerChanges bounds the servers added or removed without a check:
@@ -418,31 +435,23 @@ type serverMove struct {
 // a backend or listen section, both named as HAProxy allows and the
 // server named by no other server line of its section. Each move is then
 // one `set server` away, and the worker runs what a reload of next would
-// start it with. A configuration that says hash-key anywhere needs the
-// reload: a server hashed by its address would keep its old place.
+// start it with. Left to a reload: a configuration that says hash-key
+// anywhere (a server hashed by its address would keep its old place), or
+// .if anywhere (the section a line is in depends on a condition; a name
+// holding ".if" reloads too).
 func movesOnly(taken, next []byte) ([]serverMove, bool) {
-	if len(taken) == 0 || bytes.Contains(next, []byte("hash-key")) {
+	if len(taken) == 0 || bytes.Contains(next, []byte("hash-key")) || bytes.Contains(next, []byte(".if")) {
 		return nil, false
 	}
 	ma, mb, start := changedRuns(taken, next)
 	if bytes.Count(ma, []byte{'\n'}) != bytes.Count(mb, []byte{'\n'}) {
 		return nil, false
 	}
-	// The section of the first line, and where its header starts: the
-	// same offset in next, whose bytes before start are taken's.
-	header := start
-	kind, name := "", ""
-	for header > 0 {
-		j := bytes.LastIndexByte(taken[:header-1], '\n') + 1
-		if k, n, ok := sectionName(taken[j : header-1]); ok {
-			header, kind, name = j, k, n
-			break
-		}
-		header = j
-	}
+	// Offsets are next's: before start its bytes are taken's.
+	header, kind, name := sectionHeaderAt(taken, start)
 	var moves []serverMove
-	headers := map[int]bool{} // the sections moves are in, by header offset in next
-	at := start               // the offset in next of the line below
+	headers := map[int]bool{}
+	at := start
 	for {
 		la, ra, more := bytes.Cut(ma, []byte{'\n'})
 		lb, rb, _ := bytes.Cut(mb, []byte{'\n'})
@@ -477,19 +486,6 @@ func movesOnly(taken, next []byte) ([]serverMove, bool) {
 	return moves, len(moves) > 0
 }
 
-// sectionName is the kind and name of the section line opens, if it
-// opens one.
-func sectionName(line []byte) (kind, name string, ok bool) {
-	w := words(string(line))
-	if len(w) == 0 || !haproxy.Section(w[0]) {
-		return "", "", false
-	}
-	if len(w) > 1 {
-		name = w[1]
-	}
-	return w[0], name, true
-}
-
 // namedOnce: in the section whose header line starts at offset header of
 // cfg, each server moves names in that section is named by one server
 // line alone, so that `set server` reaches the one that moved.
@@ -515,7 +511,6 @@ func namedOnce(cfg []byte, header int, moves []serverMove) bool {
 	return true
 }
 
-// moveCommands are the runtime commands that make moves.
 func moveCommands(moves []serverMove) []string {
 	cmds := make([]string, len(moves))
 	for i, m := range moves {

@@ -5,6 +5,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/seamless-lb/seamless/entrypoint/haproxy"
+	"github.com/seamless-lb/seamless/entrypoint/metrics"
+	"github.com/seamless-lb/seamless/entrypoint/model"
+	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
 // movesBase: a backend, a listen section, a ring whose server lines are
@@ -39,6 +46,7 @@ listen api
 func TestOnlyMovedServersOfABackendGoOverTheRuntimeAPI(t *testing.T) {
 	taken := fmt.Sprintf(movesBase, "    server web-3 10.0.0.3:8080")
 	hashed := taken + "backend h\n    hash-key addr\n"
+	conditional := strings.Replace(taken, "backend web\n", ".if defined(BLUE)\nbackend web\n    server s 10.0.0.1:8080\n.else\nbackend web\n    server s 10.0.0.2:8080\n.endif\nbackend web-old\n", 1)
 	cases := []struct {
 		name        string
 		taken, next string
@@ -60,6 +68,9 @@ func TestOnlyMovedServersOfABackendGoOverTheRuntimeAPI(t *testing.T) {
 		{"a host name", taken, strings.Replace(taken, "10.0.0.2:8080", "web.example:8080", 1), nil},
 		{"to another family", taken, strings.Replace(taken, "10.0.0.2:8080", "[fd00::2]:8080", 1), nil},
 		{"hash-key anywhere", hashed, strings.Replace(hashed, "10.0.0.1:8080 check", "10.0.0.1:8081 check", 1), nil},
+		// With BLUE unset HAProxy runs the second web: moving the first
+		// line's server would move the one that runs.
+		{"a section under .if", conditional, strings.Replace(conditional, "10.0.0.1:8080", "10.0.0.9:8080", 1), nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -95,5 +106,74 @@ func TestAMovedServerNamedTwiceInItsSectionIsReloaded(t *testing.T) {
 	next := strings.Replace(taken, "10.0.0.1:8080 check", "10.0.0.1:8081 check", 1)
 	if _, ok := movesOnly([]byte(taken), []byte(next)); !ok {
 		t.Error("a name another backend holds too: movesOnly refused")
+	}
+}
+
+// backendLines renders a backend whose servers are named by instance ID.
+type backendLines struct{}
+
+func (backendLines) Render(st model.State) (model.Rendering, error) {
+	r := model.Rendering{Queries: []model.Query{model.LocalCatalog}}
+	if _, ok := st.Result(model.LocalCatalog); !ok {
+		r.Missing = append(r.Missing, model.LocalCatalog)
+	}
+	var b strings.Builder
+	b.WriteString("backend web\n")
+	for _, in := range st.Local().Instances {
+		fmt.Fprintf(&b, "    server %s %s:%d\n", in.ID, in.Address, in.Port)
+	}
+	r.Config = []byte(b.String())
+	return r, nil
+}
+
+// A rendering without slots whose server only moved goes over the
+// runtime API when MovesInPlace allows it: the command, a read-back, the
+// file, no reload. A move HAProxy does not show within addressSettles
+// reloads instead.
+func TestMovedServersGoOverTheRuntimeAPIAndFallBackToAReload(t *testing.T) {
+	src := newSource("consul")
+	r := newRig(t, t.TempDir(), backendLines{}, src)
+	rt := &fakeRuntime{}
+	shows := func(addr string) {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		rt.state = []haproxy.ServerState{{Backend: "web", Server: "i1", Address: addr, Port: 80, Weight: 1}}
+	}
+	r.a.opts.Runtime = rt
+	r.a.opts.MovesInPlace = func() bool { return true }
+	at := func(addr string) {
+		src.ch <- model.Snapshot{Source: "consul", Results: map[model.Query]model.Result{model.LocalCatalog: {Catalog: &model.Catalog{Instances: []model.Instance{
+			{Source: "consul", Name: "web", ID: "i1", Address: addr, Port: 80, Status: model.StatusPassing},
+		}}}}}
+	}
+	at("10.0.0.1")
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	r.run(t)
+
+	shows("10.0.0.2")
+	at("10.0.0.2")
+	testenv.Eventually(t, 5*time.Second, "the move applied over the runtime API", func() bool {
+		return testutil.ToFloat64(r.m.RuntimeUpdates.WithLabelValues(metrics.Success)) == 1
+	})
+	rt.mu.Lock()
+	cmds := slices.Clone(rt.cmds)
+	rt.mu.Unlock()
+	if want := []string{"set server web/i1 addr 10.0.0.2 port 80"}; !slices.Equal(cmds, want) {
+		t.Errorf("commands %q, want %q", cmds, want)
+	}
+	if r.reloadCount() != 0 || !strings.Contains(r.file(t), "server i1 10.0.0.2:80") {
+		t.Errorf("%d reloads, file %q", r.reloadCount(), r.file(t))
+	}
+
+	t.Log("HAProxy does not show the next move")
+	at("10.0.0.3")
+	testenv.Eventually(t, 5*time.Second, "a reload instead", func() bool { return r.reloadCount() == 1 })
+	if v := testutil.ToFloat64(r.m.RuntimeUpdates.WithLabelValues(metrics.Failure)); v != 1 {
+		t.Errorf("runtime failures = %v, want 1", v)
+	}
+	if !strings.Contains(r.file(t), "server i1 10.0.0.3:80") {
+		t.Errorf("file %q after the fallback reload", r.file(t))
 	}
 }
