@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,27 +57,26 @@ func (a *Applier) updateRuntime(ctx context.Context, at attempt) bool {
 func (a *Applier) runtime(ctx context.Context, at attempt) error {
 	rend := at.rend
 	var cmds []string
+	var run func() error
 	if at.moves != nil {
 		cmds = moveCommands(at.moves)
+		run = func() error { return moveServers(ctx, a.opts.Runtime, cmds, at.moves) }
 	} else {
 		var err error
 		if cmds, err = slotCommands(a.runRend.Servers, rend.Servers, !rend.NoHealthChecks); err != nil {
 			return err
 		}
-	}
-	touched := touchedSlots(cmds)
-	file := stageFile(a.opts.Path, rend.Config, 0o640)
-	var err error
-	if at.moves != nil {
-		err = moveServers(ctx, a.opts.Runtime, cmds, at.moves, touchedBackends(touched))
-	} else {
-		var want []model.ServerSlot
-		var states []haproxy.ServerState
-		if want, states, err = applyAndRead(ctx, a.opts.Runtime, cmds, rend.Servers, touched); err == nil {
-			err = verify(want, states, touched)
+		run = func() error {
+			touched := touchedSlots(cmds)
+			want, states, err := applyAndRead(ctx, a.opts.Runtime, cmds, rend.Servers, touched)
+			if err == nil {
+				err = verify(want, states, touched)
+			}
+			return err
 		}
 	}
-	if err != nil {
+	file := stageFile(a.opts.Path, rend.Config, 0o640)
+	if err := run(); err != nil {
 		file.discard()
 		return err
 	}
@@ -89,31 +90,38 @@ func (a *Applier) runtime(ctx context.Context, at attempt) error {
 }
 
 // addressSettles bounds how long moved servers may take to show their new
-// address in `show servers state` before the change counts as not taken.
+// address in `show servers state`, the commands included, before the
+// change counts as not taken.
 const addressSettles = time.Second
 
-// moveServers sends the commands of moves and checks that HAProxy runs
-// them. HAProxy 3.x applies a new address after the command's connection
-// (`show servers state` on the same connection to the worker's socket
-// still shows the old one), so the servers are read again, each time on
-// a connection of its own, until they show the moves or addressSettles
-// has passed.
-func moveServers(ctx context.Context, rt Runtime, cmds []string, moves []serverMove, backends []string) error {
-	states, err := applyAndReadBackends(ctx, rt, cmds, backends)
-	deadline, delay := time.Now().Add(addressSettles), time.Millisecond
-	for err == nil {
-		if err = verifyMoves(moves, states); err == nil || time.Now().After(deadline) {
-			return err
+// moveServers sends the commands of moves and polls until HAProxy shows
+// them. 3.x applies a new address after the command's connection: `show
+// servers state` on the same connection to the worker's socket still
+// shows the old one.
+func moveServers(ctx context.Context, rt Runtime, cmds []string, moves []serverMove) error {
+	ctx, cancel := context.WithTimeout(ctx, addressSettles)
+	defer cancel()
+	if err := rt.Apply(ctx, cmds); err != nil {
+		return err
+	}
+	backends := map[string]bool{}
+	for _, m := range moves {
+		backends[m.backend] = true
+	}
+	names := slices.Sorted(maps.Keys(backends))
+	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		states, err := readBackends(ctx, rt, names)
+		if err == nil {
+			if err = verifyMoves(moves, states); err == nil {
+				return nil
+			}
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return err
 		case <-time.After(delay):
 		}
-		delay = min(2*delay, 50*time.Millisecond)
-		states, err = readBackends(ctx, rt, backends)
 	}
-	return err
 }
 
 // reloadWith writes and validates the rendering, reloads HAProxy, and

@@ -39,18 +39,18 @@ type appliesAndReads interface {
 // them, and every server's state, when the Runtime can only read them all).
 func applyAndRead(ctx context.Context, rt Runtime, cmds []string, want model.Slots, touched map[string]bool) ([]model.ServerSlot, []haproxy.ServerState, error) {
 	backends := touchedBackends(touched)
-	states, all, err := applyAndReadSome(ctx, rt, cmds, backends)
-	if all {
-		return want.Flat(), states, err
+	if ar, ok := rt.(appliesAndReads); ok {
+		states, err := ar.ApplyAndRead(ctx, cmds, backends)
+		return slotsIn(want, backends), states, err
 	}
-	return slotsIn(want, backends), states, err
-}
-
-// applyAndReadBackends sends cmds, then reads back the servers of
-// backends (or of every backend, when the Runtime can only read them all).
-func applyAndReadBackends(ctx context.Context, rt Runtime, cmds, backends []string) ([]haproxy.ServerState, error) {
-	states, _, err := applyAndReadSome(ctx, rt, cmds, backends)
-	return states, err
+	if err := rt.Apply(ctx, cmds); err != nil {
+		return nil, nil, err
+	}
+	states, err := readBackends(ctx, rt, backends)
+	if _, some := rt.(backendStates); some {
+		return slotsIn(want, backends), states, err
+	}
+	return want.Flat(), states, err
 }
 
 // readBackends reads the servers of backends (or of every backend, when
@@ -61,21 +61,6 @@ func readBackends(ctx context.Context, rt Runtime, backends []string) ([]haproxy
 	}
 	_, states, err := rt.ServersState(ctx)
 	return states, err
-}
-
-// applyAndReadSome is applyAndReadBackends; all says that it read every
-// backend's servers.
-func applyAndReadSome(ctx context.Context, rt Runtime, cmds, backends []string) (_ []haproxy.ServerState, all bool, _ error) {
-	if ar, ok := rt.(appliesAndReads); ok {
-		states, err := ar.ApplyAndRead(ctx, cmds, backends)
-		return states, false, err
-	}
-	if err := rt.Apply(ctx, cmds); err != nil {
-		return nil, false, err
-	}
-	_, some := rt.(backendStates)
-	states, err := readBackends(ctx, rt, backends)
-	return states, !some, err
 }
 
 // touchedBackends are the backends of the touched slots, sorted.
