@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/seamless-lb/seamless/entrypoint/apply"
@@ -177,7 +175,7 @@ type discovery struct {
 // given later, once it exists; serving is closed once HAProxy serves.
 func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.CommandLine, validate func(context.Context, string) error,
 	vouch func(string, []byte) error, reloader func() *reload.Reloader, cli *haproxy.MasterCLI, m *metrics.Metrics, hosts func([]string), serving <-chan struct{},
-	log *slog.Logger) (*discovery, error) {
+	haproxyVersion func() string, log *slog.Logger) (*discovery, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return nil, fmt.Errorf("SEAMLESS_STATE_DIR: %w", err)
 	}
@@ -228,7 +226,7 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 		}
 	}
 	opts.Runtime = rt
-	opts.MovesInPlace = movesInPlace(cli)
+	opts.MovesInPlace = func() bool { return movesInPlace(haproxyVersion()) }
 	a, err := apply.New(opts)
 	if err != nil {
 		return nil, err
@@ -449,29 +447,9 @@ func joinQueries(qs []model.Query) string {
 	return strings.Join(s, ", ")
 }
 
-// movesInPlace reports whether the HAProxy that runs sends a keep-alive
+// movesInPlace reports whether HAProxy version sends a keep-alive
 // client's next request to a server's new address after `set server
 // addr`: 3.0 and later (measured with 3.0 and 3.2, 10 runs of 10 each,
 // a client sending on one connection throughout); 2.6 kept sending it to
-// the old address (7 of 10). The master's version is asked once it
-// answers, and kept: the master re-executes the same binary.
-func movesInPlace(cli *haproxy.MasterCLI) func() bool {
-	var (
-		mu          sync.Mutex
-		known, sure bool
-	)
-	return func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		if !known {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			p, err := cli.ShowProc(ctx)
-			if err != nil {
-				return false // a reload now; asked again next time
-			}
-			known, sure = true, haproxy.VersionAtLeast(p.Master.Version, 3, 0)
-		}
-		return sure
-	}
-}
+// the old address (7 of 10).
+func movesInPlace(version string) bool { return haproxy.VersionAtLeast(version, 3, 0) }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/seamless-lb/seamless/entrypoint/config"
 	"github.com/seamless-lb/seamless/entrypoint/haproxy"
@@ -115,7 +116,15 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 	}
 	// Closed once HAProxy serves its first configuration: the Consul
 	// source's per-service queries wait for it (consul.Config.Serving).
+	// version is HAProxy's from then.
 	serving := make(chan struct{})
+	var version atomic.Pointer[string]
+	haproxyVersion := func() string {
+		if v := version.Load(); v != nil {
+			return *v
+		}
+		return ""
+	}
 	if cfg.Discovery() {
 		// Until the reloader's validator (with the defaults and the
 		// speed-up) exists, the first file is checked as it is.
@@ -125,7 +134,7 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 		}
 		vouch := func(cand string, data []byte) error { return candidateVoucher(checker, cl.ConfigFiles[0])(cand, data) }
 		disc, err = startDiscovery(startCtx, cfg, cl, validate, vouch, func() *reload.Reloader { return rl },
-			haproxy.NewMasterCLI(cl.MasterSocket), m, hc.hostsFunc(), serving, log)
+			haproxy.NewMasterCLI(cl.MasterSocket), m, hc.hostsFunc(), serving, haproxyVersion, log)
 		if err != nil && startCtx.Err() != nil {
 			if sig := endWatch(); sig != nil {
 				return stoppedStarting(sig, log)
@@ -169,8 +178,9 @@ func serve(ctx context.Context, cfg *config.Config, bin string, args []string, l
 		fp := runningFingerprint(cl.ConfigFiles, disc != nil, reloads)
 		return fp.SHA256, fp.MembersSHA256
 	})
+	servingOnce := sync.OnceFunc(func() { close(serving) })
 	opts := supervisor.Options{Bin: bin, Args: cl.RunArgs(extra...), Env: env, StopGrace: cfg.StopGrace, Signals: sigs,
-		OnReady: sync.OnceFunc(func() { close(serving) })}
+		OnReady: func(v string) { version.Store(&v); servingOnce() }}
 	ready := func() error { return nil }
 	if disc != nil {
 		opts.OnReload = disc.applier.Reload

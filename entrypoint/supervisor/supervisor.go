@@ -62,8 +62,9 @@ type Options struct {
 	// OnReload, when set, receives SIGHUP and SIGUSR2 instead of the
 	// reloader: discovery re-reads its sources and template first.
 	OnReload func(signal string)
-	// OnReady, when set, is called once the first worker serves.
-	OnReady func()
+	// OnReady, when set, is called once the first worker serves, with
+	// the master's version as `show proc` prints it.
+	OnReady func(version string)
 	// OnStop, when set, is called once, as a stop begins and before
 	// HAProxy is told to drain: what changes HAProxy's configuration
 	// stops first. It must not block.
@@ -302,7 +303,7 @@ func (s *Supervisor) awaitReady(ctx context.Context) {
 	s.metrics.Workers.WithLabelValues("current").Set(float64(len(p.Workers)))
 	s.log.Info("haproxy ready", "version", p.Master.Version, "master", p.Master.Pid, "workers", len(p.Workers))
 	if s.opts.OnReady != nil {
-		s.opts.OnReady()
+		s.opts.OnReady(p.Master.Version)
 	}
 }
 
