@@ -213,8 +213,7 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 		Log:       log,
 	}
 	// Every mode: the built-in's slots change over it, and so do servers
-	// that only moved in a template of yours, or in the built-in without
-	// slots.
+	// that only moved in a template of yours.
 	rt := haproxy.Runtime{CLI: cli, Connected: func(via string) { m.RuntimeConns.WithLabelValues(via).Inc() }}
 	if p := workerSocket(cfg.RunDir); p != "" {
 		rt.Worker = haproxy.NewWorkerSocket(p)
@@ -226,7 +225,11 @@ func startDiscovery(ctx context.Context, cfg *config.Config, cl *haproxy.Command
 		}
 	}
 	opts.Runtime = rt
-	opts.MovesInPlace = func() bool { return movesInPlace(haproxyVersion()) }
+	if cfg.Template != "" {
+		// The built-in has its slots; without them (SEAMLESS_SERVER_SLOTS=0)
+		// every change reloads, as that setting says.
+		opts.MovesInPlace = func() bool { return movesInPlace(haproxyVersion()) }
+	}
 	a, err := apply.New(opts)
 	if err != nil {
 		return nil, err
