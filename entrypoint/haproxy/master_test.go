@@ -546,16 +546,21 @@ func startMaster(t *testing.T, cfg string) *MasterCLI {
 	return NewMasterCLI(sock)
 }
 
-// A reload's outcome is not polled for three quarters of the time the
-// last one took to show, at most a second; nothing before the first.
+// A reload's outcome is not polled for seven eighths of the time the last
+// one took to show, at most a second; nothing before the first. The polls
+// after it start a sixteenth of that apart, from 1 ms to maxPollDelay.
 func TestQuietAfterReload(t *testing.T) {
-	for _, c := range []struct{ last, want time.Duration }{
-		{0, 0},
-		{40 * time.Millisecond, 30 * time.Millisecond},
-		{4 * time.Second, time.Second},
+	for _, c := range []struct{ last, quiet, first time.Duration }{
+		{0, 0, time.Millisecond},
+		{40 * time.Millisecond, 35 * time.Millisecond, 2500 * time.Microsecond},
+		{120 * time.Millisecond, 105 * time.Millisecond, 7500 * time.Microsecond},
+		{4 * time.Second, time.Second, maxPollDelay},
 	} {
-		if got := quietAfterReload(c.last); got != c.want {
-			t.Errorf("quietAfterReload(%v) = %v, want %v", c.last, got, c.want)
+		if got := quietAfterReload(c.last); got != c.quiet {
+			t.Errorf("quietAfterReload(%v) = %v, want %v", c.last, got, c.quiet)
+		}
+		if got := firstPollDelay(c.last); got != c.first {
+			t.Errorf("firstPollDelay(%v) = %v, want %v", c.last, got, c.first)
 		}
 	}
 }
@@ -704,12 +709,13 @@ func TestAReloadIsPolledLessOftenAsItLasts(t *testing.T) {
 	}
 }
 
-// A master that answered the last reload with its outcome (2.7+) is not
-// asked `show proc` before the next: its answer says the outcome, and
-// the current workers after it are the new ones. That was one of three
-// connections to the master per reload. 2.6 answers nothing and is asked
-// before every reload.
-func TestAMasterThatAnswersReloadsIsNotAskedBeforeThem(t *testing.T) {
+// A master is not asked `show proc` before a reload when the last one was
+// confirmed: 2.7+ answers a reload with its outcome, and the current
+// workers after it are the new ones; on 2.6 the `show proc` that confirmed
+// the last reload holds the counters from before this one. That was one
+// of three connections to the master per reload on 2.7+, of some six on
+// 2.6.
+func TestAMasterIsNotAskedBeforeAReloadAfterAConfirmedOne(t *testing.T) {
 	direct, ctx, _, _ := readyMaster(t, "")
 	cli, sent := recordingMaster(t, direct.Addr)
 	first, err := cli.Reload(ctx)
@@ -727,14 +733,54 @@ func TestAMasterThatAnswersReloadsIsNotAskedBeforeThem(t *testing.T) {
 		t.Errorf("second reload: new workers %v (the first's: %v), reloads %d after %d",
 			second.NewWorkers, first.NewWorkers, second.Procs.Master.Reloads, first.Procs.Master.Reloads)
 	}
-	cmds := sent()[n:]
-	want := "show proc" // 2.6: asked before
-	if answered {
-		want = "reload"
+	if cmds := sent()[n:]; len(cmds) == 0 || cmds[0] != "reload" {
+		t.Errorf("the second reload began with %q (answered the first: %v), want reload", cmds, answered)
 	}
-	if len(cmds) == 0 || cmds[0] != want {
-		t.Errorf("the second reload began with %q (answered the first: %v), want %q", cmds, answered, want)
+}
+
+// A reload sent to the master by hand between two of seamless's leaves
+// the counters kept from the last one behind. seamless's reload is
+// confirmed when the master counts no failure after it (2.6 counts those
+// since the last success), and otherwise never taken for a success:
+// after two failures of seamless's and a success by hand, a third
+// failure showed fewer failures than kept, and a new worker (the one
+// by hand).
+func TestAReloadByHandBetweenTwoIsNotMistakenRealHAProxy(t *testing.T) {
+	cli, ctx, cfg, port := readyMaster(t, "")
+	// Each by hand, knowing nothing of the reloads before.
+	byHand := func() (ReloadResult, error) { return NewMasterCLI(cli.Addr).Reload(ctx) }
+	reload := func(what string, extra string, ok bool) ReloadResult {
+		t.Helper()
+		writeConfig(t, cfg, port, extra)
+		res, err := cli.Reload(ctx)
+		if err != nil || res.OK != ok {
+			t.Fatalf("%s: ok=%v err=%v, want ok=%v; procs %+v", what, res.OK, err, ok, res.Procs)
+		}
+		return res
 	}
+	const broken = "    no-such-keyword\n"
+	reload("first reload", "", true)
+	good, err := byHand()
+	if err != nil || !good.OK {
+		t.Fatalf("good reload by hand: ok=%v err=%v", good.OK, err)
+	}
+	res := reload("reload after a good one by hand", "", true)
+	if len(res.NewWorkers) != 1 || slices.Contains(good.NewWorkers, res.NewWorkers[0]) ||
+		res.Procs.Master.Reloads != good.Procs.Master.Reloads+1 {
+		t.Errorf("new workers %v (by hand's %v), reloads %d after %d",
+			res.NewWorkers, good.NewWorkers, res.Procs.Master.Reloads, good.Procs.Master.Reloads)
+	}
+	reload("a broken configuration", broken, false)
+	reload("a broken configuration again", broken, false)
+	writeConfig(t, cfg, port, "")
+	if good, err := byHand(); err != nil || !good.OK {
+		t.Fatalf("good reload by hand: ok=%v err=%v", good.OK, err)
+	}
+	writeConfig(t, cfg, port, broken)
+	if res, err := cli.Reload(ctx); res.OK {
+		t.Fatalf("a broken configuration after a good reload by hand: ok=%v err=%v; procs %+v", res.OK, err, res.Procs)
+	}
+	reload("the reload after", "", true)
 }
 
 // With real HAProxy: a reload cut short while the master still loads a
