@@ -245,7 +245,7 @@ func (m *MasterCLI) Reload(ctx context.Context) (ReloadResult, error) {
 		}
 	}
 	sent := time.Now()
-	var quiet, first time.Duration
+	quiet, first := time.Duration(0), time.Millisecond
 	if !explicit { // 2.7+ answered once the reload was done
 		m.mu.Lock()
 		quiet, first = quietAfterReload(m.reexec), firstPollDelay(m.reexec)

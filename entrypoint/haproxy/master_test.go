@@ -738,6 +738,39 @@ func TestAMasterIsNotAskedBeforeAReloadAfterAConfirmedOne(t *testing.T) {
 	}
 }
 
+// A master that answered a reload but does not answer `show proc` at once
+// after it is polled from 1 ms apart on, growing: with the learned quiet
+// time's first delay, which is none on 2.7+, it was asked again at once,
+// hundreds of times in 20 ms.
+func TestAnAnsweredReloadsOutcomeIsPolledApart(t *testing.T) {
+	const procs = "#<PID>          <type>          <reloads>       <uptime>        <version>\n" +
+		"1               master          %d [failed: 0]  0d00h00m01s     3.2.0\n# workers\n%d               worker          0               0d00h00m01s     3.2.0\n"
+	var reloads, failUntil atomic.Int64 // failUntil: unix nanoseconds
+	cli, _ := commandSocket(t, false, func(cmd string, c net.Conn) {
+		switch {
+		case cmd == "reload":
+			reloads.Add(1)
+			failUntil.Store(time.Now().Add(20 * time.Millisecond).UnixNano())
+			_, _ = io.WriteString(c, "Success=1\n--\n")
+		case cmd == "show proc" && time.Now().UnixNano() >= failUntil.Load():
+			n := reloads.Load()
+			fmt.Fprintf(c, procs, n, 100+n)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	res, err := cli.Reload(ctx)
+	took := time.Since(start)
+	if err != nil || !res.OK {
+		t.Fatalf("reload: ok=%v err=%v", res.OK, err)
+	}
+	// 1, 2 and 4 ms apart, then maxPollDelay.
+	if most := int(took/maxPollDelay) + 4; res.Polls > most {
+		t.Errorf("%d polls in %v, want at most %d", res.Polls, took, most)
+	}
+}
+
 // A reload sent to the master by hand between two of seamless's leaves
 // the counters kept from the last one behind. seamless's reload is
 // confirmed when the master counts no failure after it (2.6 counts those
