@@ -771,6 +771,75 @@ func TestAnAnsweredReloadsOutcomeIsPolledApart(t *testing.T) {
 	}
 }
 
+// A 2.6 master re-executing for a reload sent by hand drops the
+// connections it has not read. A reload sent without a `show proc` before
+// it (the last one's counters kept) and dropped so is not sent: the
+// counter the hand's reload moved would otherwise pass for its outcome.
+// The next reload asks `show proc` first.
+func TestAReloadDroppedUnreadIsNotSent(t *testing.T) {
+	const procs = "#<PID>          <type>          <reloads>       <uptime>        <version>\n" +
+		"1               master          %d [failed: 0]  0d00h00m01s     2.6.12\n# workers\n%d               worker          0               0d00h00m01s     2.6.12\n"
+	path := filepath.Join(t.TempDir(), "master.sock")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	var (
+		reloads atomic.Int32
+		mu      sync.Mutex
+		sent    []string
+	)
+	go func() {
+		for c, err := l.Accept(); err == nil; c, err = l.Accept() {
+			// Wait for the whole command, then look at it unread.
+			buf := make([]byte, 64)
+			var n int
+			raw, _ := c.(*net.UnixConn).SyscallConn()
+			_ = raw.Read(func(fd uintptr) bool {
+				n, _, err = syscall.Recvfrom(int(fd), buf, syscall.MSG_PEEK)
+				return err != syscall.EAGAIN && (n == 0 || buf[n-1] == '\n')
+			})
+			cmd := strings.TrimSpace(string(buf[:max(n, 0)]))
+			mu.Lock()
+			sent = append(sent, cmd)
+			mu.Unlock()
+			switch {
+			case cmd == "reload" && reloads.Load() == 1:
+				reloads.Add(1) // by hand; this one is dropped unread
+			case cmd == "reload":
+				_, _ = io.ReadAll(c)
+				reloads.Add(1)
+			case cmd == "show proc":
+				_, _ = io.ReadAll(c)
+				n := reloads.Load()
+				fmt.Fprintf(c, procs, n, 100+n)
+			}
+			c.Close()
+		}
+	}()
+	cli := NewMasterCLI(path)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if res, err := cli.Reload(ctx); err != nil || !res.OK {
+		t.Fatalf("first reload: ok=%v err=%v", res.OK, err)
+	}
+	if res, err := cli.Reload(ctx); !errors.Is(err, ErrNotSent) {
+		t.Fatalf("a reload dropped unread: ok=%v err=%v, want ErrNotSent", res.OK, err)
+	}
+	mu.Lock()
+	n := len(sent)
+	mu.Unlock()
+	if res, err := cli.Reload(ctx); err != nil || !res.OK || res.Procs.Master.Reloads != 3 {
+		t.Fatalf("the reload after: ok=%v err=%v reloads %d, want 3", res.OK, err, res.Procs.Master.Reloads)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if cmds := sent[n:]; len(cmds) == 0 || cmds[0] != "show proc" {
+		t.Errorf("the reload after a dropped one began with %q, want a show proc", cmds)
+	}
+}
+
 // A reload sent to the master by hand between two of seamless's leaves
 // the counters kept from the last one behind. seamless's reload is
 // confirmed when the master counts no failure after it (2.6 counts those
