@@ -993,3 +993,25 @@ func TestAReloadNotAnsweredAsTheLastIsUnconfirmed(t *testing.T) {
 		t.Errorf("a reload answered with nothing after an answered one: ok=%v err=%v, want ErrUnconfirmed", res.OK, err)
 	}
 }
+
+// A runtime change whose connection was never made changed nothing
+// (ErrNotApplied), and the applier may go on reckoning from what ran; a
+// command HAProxy refused may follow others it took, and is not that.
+func TestRuntimeCommandsThatNeverReachedHAProxyAreNotApplied(t *testing.T) {
+	cli, ctx, _, _ := readyMaster(t, "backend b\n    server s 127.0.0.1:1\n")
+	gone := Runtime{CLI: NewMasterCLI(filepath.Join(t.TempDir(), "gone.sock"))}
+	if err := gone.Apply(ctx, []string{"set server b/s addr 127.0.0.2 port 2"}); !errors.Is(err, ErrNotApplied) {
+		t.Errorf("no master to connect to: %v, want ErrNotApplied", err)
+	}
+	if _, err := gone.ApplyAndRead(ctx, []string{"set server b/s addr 127.0.0.2 port 2"}, []string{"b"}); !errors.Is(err, ErrNotApplied) {
+		t.Errorf("no master to connect to, with a read: %v, want ErrNotApplied", err)
+	}
+	rt := Runtime{CLI: cli}
+	if err := rt.Apply(ctx, []string{"set server b/s addr 127.0.0.2 port 2", "set server b/s weight 7; shutdown sessions server b/s"}); !errors.Is(err, ErrNotApplied) {
+		t.Errorf("a command that would run as two: %v, want ErrNotApplied", err)
+	}
+	err := rt.Apply(ctx, []string{"set server b/s addr 127.0.0.2 port 2", "set server nosuch/s addr 127.0.0.3 port 3"})
+	if err == nil || errors.Is(err, ErrNotApplied) {
+		t.Errorf("a command refused after one taken: %v, want an error that is not ErrNotApplied", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -162,16 +163,35 @@ const commandsPerConn = 32
 var runtimeErrors = []string{"No such", "Require", "Invalid", "Unknown command", "Permission denied",
 	"Can't", "cannot", "Failed", "failed", "not allowed", "unsupported", "Unsupported"}
 
+// ErrNotApplied means that no command reached HAProxy: what it runs is
+// as before.
+var ErrNotApplied = errors.New("no runtime command reached HAProxy")
+
+// notApplied marks err, the failure of the first connection to carry
+// commands, as ErrNotApplied when that connection was never made.
+func notApplied(err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return fmt.Errorf("%w: %w", ErrNotApplied, err)
+	}
+	return err
+}
+
 // Apply sends cmds (e.g. "set server web/s3 state ready") to the current
 // worker, in order, and fails on the first answer that is an error. The
 // caller checks the outcome with ServersState anyway: an answer is not a
-// proof.
+// proof. A failure before any command was sent is ErrNotApplied.
 func (r Runtime) Apply(ctx context.Context, cmds []string) error {
+	if err := commandsFit(cmds); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotApplied, err)
+	}
+	first := true
 	for batch := range slices.Chunk(cmds, commandsPerConn) {
-		if err := commandsFit(batch); err != nil {
-			return err
-		}
 		out, err := r.do(ctx, batch)
+		if err != nil && first {
+			err = notApplied(err)
+		}
+		first = false
 		if err != nil {
 			return fmt.Errorf("runtime commands: %w", err)
 		}
@@ -197,11 +217,11 @@ func (r Runtime) ApplyAndRead(ctx context.Context, cmds, backends []string) ([]S
 		return nil, err
 	}
 	if err := commandsFit(cmds); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrNotApplied, err)
 	}
 	out, err := r.do(ctx, append(slices.Clip(cmds), reads...))
 	if err != nil {
-		return nil, fmt.Errorf("runtime commands: %w", err)
+		return nil, fmt.Errorf("runtime commands: %w", notApplied(err))
 	}
 	answers := splitAnswers(out)
 	if len(answers) != len(cmds)+len(reads) {
