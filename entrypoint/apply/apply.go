@@ -120,6 +120,11 @@ type Applier struct {
 	saveDue time.Time         // when the snapshots not saved yet are; zero: none waits
 	saves   int               // saves of the snapshots, for the tests
 	saving  sync.WaitGroup    // the save in progress
+
+	// diverged: a runtime change failed, perhaps partway, and no reload
+	// has succeeded since: HAProxy may run part of a rendering that is
+	// not running. Only a reload puts it back in step with the file.
+	diverged bool
 	// encodeCaches keep each source's last save's encoding, for the
 	// saving goroutine (one at a time).
 	encodeCaches map[string]*encodeCache

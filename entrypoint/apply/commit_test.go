@@ -3,6 +3,7 @@ package apply
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -168,7 +169,7 @@ func TestAChangeHAProxyDidNotTakeLeavesTheSlotTable(t *testing.T) {
 	r.a.opts.Runtime = h
 	r.run(t)
 
-	h.setFail(errors.New("dial unix master.sock: connection refused"))
+	h.setFail(fmt.Errorf("%w: dial unix master.sock: connection refused", haproxy.ErrNotApplied))
 	r.mu.Lock()
 	r.reloadOK = false
 	r.mu.Unlock()

@@ -42,6 +42,7 @@ func (a *Applier) updateRuntime(ctx context.Context, at attempt) bool {
 	}
 	a.opts.Metrics.RuntimeUpdates.WithLabelValues(metrics.Failure).Inc()
 	a.log.Warn("runtime update failed; reloading instead", "why", at.why, "change", at.change, "err", err)
+	a.diverged = a.diverged || !errors.Is(err, haproxy.ErrNotApplied)
 	return false
 }
 
@@ -64,7 +65,7 @@ func (a *Applier) runtime(ctx context.Context, at attempt) error {
 	} else {
 		var err error
 		if cmds, err = slotCommands(a.runRend.Servers, rend.Servers, !rend.NoHealthChecks); err != nil {
-			return err
+			return fmt.Errorf("%w: %w", haproxy.ErrNotApplied, err)
 		}
 		run = func() error {
 			touched := touchedSlots(cmds)
@@ -161,6 +162,7 @@ func (a *Applier) reloadWith(ctx context.Context, at attempt) {
 	case err != nil:
 		return // stopping
 	case o.OK:
+		a.diverged = false
 		a.took(at, metrics.Reloaded)
 		return
 	}

@@ -177,3 +177,60 @@ func TestMovedServersGoOverTheRuntimeAPIAndFallBackToAReload(t *testing.T) {
 		t.Errorf("file %q after the fallback reload", r.file(t))
 	}
 }
+
+// A move over the runtime API that fails, and whose fallback reload fails
+// too, may leave HAProxy running part of it while the file is back to what
+// ran before. The next apply reloads, also when the state went back to
+// that file (which was "unchanged", and left the worker on the moved
+// address), and only then do moves go over the runtime API again.
+func TestAFailedMoveWhoseReloadFailedIsReloadedNextTime(t *testing.T) {
+	src := newSource("consul")
+	r := newRig(t, t.TempDir(), backendLines{}, src)
+	rt := &fakeRuntime{}
+	shows := func(addr string) {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		rt.state = []haproxy.ServerState{{Backend: "web", Server: "i1", Address: addr, Port: 80, Weight: 1}}
+	}
+	reloadsOK := func(ok bool) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.reloadOK = ok
+	}
+	r.a.opts.Runtime = rt
+	r.a.opts.MovesInPlace = func() bool { return true }
+	at := func(addr string) {
+		src.ch <- model.Snapshot{Source: "consul", Results: map[model.Query]model.Result{model.LocalCatalog: {Catalog: &model.Catalog{Instances: []model.Instance{
+			{Source: "consul", Name: "web", ID: "i1", Address: addr, Port: 80, Status: model.StatusPassing},
+		}}}}}
+	}
+	at("10.0.0.1")
+	shows("10.0.0.1")
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	r.run(t)
+
+	t.Log("the move is sent but never shows, and the reload after it fails")
+	reloadsOK(false)
+	at("10.0.0.2")
+	testenv.Eventually(t, 5*time.Second, "the fallback reload", func() bool { return r.reloadCount() == 1 })
+	testenv.Eventually(t, 5*time.Second, "the file back to what ran", func() bool {
+		return strings.Contains(r.file(t), "server i1 10.0.0.1:80")
+	})
+
+	t.Log("the state goes back to the file")
+	reloadsOK(true)
+	at("10.0.0.1")
+	testenv.Eventually(t, 3*time.Second, "a reload of the file HAProxy may not run", func() bool { return r.reloadCount() == 2 })
+
+	t.Log("then a move goes over the runtime API again")
+	shows("10.0.0.3")
+	at("10.0.0.3")
+	testenv.Eventually(t, 5*time.Second, "the move applied over the runtime API", func() bool {
+		return testutil.ToFloat64(r.m.RuntimeUpdates.WithLabelValues(metrics.Success)) == 1
+	})
+	if n := r.reloadCount(); n != 2 {
+		t.Errorf("%d reloads, want 2", n)
+	}
+}

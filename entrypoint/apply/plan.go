@@ -38,12 +38,16 @@ const (
 // plan decides how at's rendering comes to run, from it and the
 // rendering that runs.
 func (a *Applier) plan(at *attempt) step {
-	if bytes.Equal(at.rend.Config, a.running) && !at.force {
+	if bytes.Equal(at.rend.Config, a.running) && !at.force && !a.diverged {
 		return unchanged
 	}
 	switch {
 	case a.refused != ([32]byte{}) && !at.force && at.digest() == a.refused:
 		return refusedBefore
+	case a.diverged:
+		// The runtime commands would be reckoned from running, which
+		// HAProxy may not run.
+		return reloadNeeded
 	case a.runtimeApplies(at.rend, at.force):
 		return runtimeUpdate
 	case a.movesApply(at):
