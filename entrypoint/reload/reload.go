@@ -252,7 +252,7 @@ func (r *Reloader) reload(ctx context.Context, reasons []string) Outcome {
 		o.Err = err
 		r.checker.Loaded(false)
 		r.metrics.Reloads.WithLabelValues(metrics.Failure).Inc()
-		r.log.Error("reload sent but not confirmed within SEAMLESS_RELOAD_TIMEOUT; HAProxy may still be loading it, check its messages above",
+		r.log.Error("reload sent but its outcome not confirmed (see err: SEAMLESS_RELOAD_TIMEOUT passed, or the master's counters did not tell); HAProxy may still be loading it, check its messages above",
 			"reason", why, "duration", o.Duration, "err", err)
 	case !res.OK:
 		o.Err = ErrRefused
