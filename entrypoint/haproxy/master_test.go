@@ -1015,3 +1015,47 @@ func TestRuntimeCommandsThatNeverReachedHAProxyAreNotApplied(t *testing.T) {
 		t.Errorf("a command refused after one taken: %v, want an error that is not ErrNotApplied", err)
 	}
 }
+
+// Commands the worker socket carried to another process (one still
+// loading may become the current worker) were sent, even when the master
+// they then go through cannot be reached: not ErrNotApplied.
+func TestRuntimeCommandsThatReachedAnotherProcessAreNotNotApplied(t *testing.T) {
+	dir := t.TempDir()
+	masterPath, workerPath := filepath.Join(dir, "master.sock"), filepath.Join(dir, "worker.sock")
+	// The master answers one show proc, naming worker 101, then is gone.
+	ml, err := net.Listen("unix", masterPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		c, err := ml.Accept()
+		ml.Close()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = bufio.NewReader(c).ReadString('\n')
+		_, _ = io.WriteString(c, "#<PID>          <type>          <reloads>       <uptime>        <version>\n"+
+			"1               master          0 [failed: 0]  0d00h00m01s     3.2.0\n# workers\n101               worker          0               0d00h00m01s     3.2.0\n")
+	}()
+	// The socket reaches process 202.
+	wl, err := net.Listen("unix", workerPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { wl.Close() })
+	go func() {
+		for c, err := wl.Accept(); err == nil; c, err = wl.Accept() {
+			_, _ = bufio.NewReader(c).ReadString('\n')
+			_, _ = io.WriteString(c, "Name: HAProxy\nPid: 202\n\n\n")
+			c.Close()
+		}
+	}()
+	rt := Runtime{CLI: NewMasterCLI(masterPath), Worker: NewWorkerSocket(workerPath)}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = rt.Apply(ctx, []string{"set server b/s addr 127.0.0.2 port 2"})
+	if err == nil || errors.Is(err, ErrNotApplied) {
+		t.Errorf("commands that reached process 202, then no master: %v, want an error that is not ErrNotApplied", err)
+	}
+}

@@ -65,7 +65,8 @@ func NewWorkerSocket(path string) *WorkerSocket {
 // do sends cmds to the master's current worker over the socket. It
 // reports false when they must go through the master instead: the socket
 // is gone or refuses (then nothing was sent), or it reached another
-// process (whose state does not count; the commands are idempotent).
+// process (errElsewhere: the commands are idempotent, but that process
+// took them).
 // gen, when not nil, is Runtime.Generation.
 func (w *WorkerSocket) do(ctx context.Context, master *MasterCLI, gen func() uint64, cmds []string) (string, bool, error) {
 	g, steady := uint64(0), false
@@ -94,7 +95,7 @@ func (w *WorkerSocket) do(ctx context.Context, master *MasterCLI, gen func() uin
 	info, rest, ok := strings.Cut(out, "\n\n")
 	if !ok || infoPid(info) != pid {
 		w.forget()
-		return "", false, nil
+		return "", false, errElsewhere
 	}
 	if steady && gen() == g {
 		w.remember(pid, g)
@@ -135,19 +136,30 @@ func infoPid(out string) int {
 
 // do sends cmds in one connection to the current worker.
 func (r Runtime) do(ctx context.Context, cmds []string) (string, error) {
+	var elsewhere bool
 	if r.Worker != nil {
-		if out, used, err := r.Worker.do(ctx, r.CLI, r.Generation, cmds); used {
+		out, used, err := r.Worker.do(ctx, r.CLI, r.Generation, cmds)
+		if used {
 			r.connected(ViaWorker)
 			return out, err
 		}
+		elsewhere = errors.Is(err, errElsewhere)
 	}
 	r.connected(ViaMaster)
 	prefixed := make([]string, len(cmds))
 	for i, c := range cmds {
 		prefixed[i] = "@1 " + c
 	}
-	return r.CLI.Do(ctx, strings.Join(prefixed, "; "))
+	out, err := r.CLI.Do(ctx, strings.Join(prefixed, "; "))
+	if err != nil && elsewhere {
+		err = fmt.Errorf("%w, after %w", err, errElsewhere)
+	}
+	return out, err
 }
+
+// errElsewhere: the commands reached a process that was not the master's
+// current worker (one still loading may become it).
+var errElsewhere = errors.New("the commands reached a process that was not the current worker")
 
 func (r Runtime) connected(via string) {
 	if r.Connected != nil {
@@ -171,7 +183,7 @@ var ErrNotApplied = errors.New("no runtime command reached HAProxy")
 // commands, as ErrNotApplied when that connection was never made.
 func notApplied(err error) error {
 	var oe *net.OpError
-	if errors.As(err, &oe) && oe.Op == "dial" {
+	if errors.As(err, &oe) && oe.Op == "dial" && !errors.Is(err, errElsewhere) {
 		return fmt.Errorf("%w: %w", ErrNotApplied, err)
 	}
 	return err
