@@ -125,6 +125,9 @@ type Applier struct {
 	// has succeeded since: HAProxy may run part of a rendering that is
 	// not running. Only a reload puts it back in step with the file.
 	diverged bool
+	// untrusted are the slots such changes touched: their runtime state
+	// is not carried over that reload (saveServerState).
+	untrusted map[string]bool
 	// encodeCaches keep each source's last save's encoding, for the
 	// saving goroutine (one at a time).
 	encodeCaches map[string]*encodeCache

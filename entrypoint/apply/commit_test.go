@@ -1,9 +1,12 @@
 package apply
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,11 +26,14 @@ import (
 // it keeps the servers' state and applies `set server` to it, or fails
 // every command while fail is set.
 type haproxyServers struct {
-	mu      sync.Mutex
-	fail    error
-	servers map[string]*haproxy.ServerState
-	order   []string
-	read    int // servers whose state was read
+	mu   sync.Mutex
+	fail error
+	// failAfter fails a change after applying it: the connection broke
+	// before HAProxy's answers came back.
+	failAfter error
+	servers   map[string]*haproxy.ServerState
+	order     []string
+	read      int // servers whose state was read
 }
 
 func newHAProxyServers(slots []model.ServerSlot) *haproxyServers {
@@ -81,18 +87,22 @@ func (h *haproxyServers) Apply(_ context.Context, cmds []string) error {
 			h.setState(s, f[4])
 		}
 	}
-	return nil
+	return h.failAfter
 }
 
 func (h *haproxyServers) ServersState(context.Context) (string, []haproxy.ServerState, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []haproxy.ServerState
-	for _, k := range h.order {
-		out = append(out, *h.servers[k])
+	var raw strings.Builder
+	raw.WriteString("1\n# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_port\n")
+	for i, k := range h.order {
+		s := h.servers[k]
+		out = append(out, *s)
+		fmt.Fprintf(&raw, "1 %s %d %s %s 2 %d %d %d %d\n", s.Backend, i+1, s.Server, cmp.Or(s.Address, "0.0.0.0"), s.Admin, s.Weight, s.Weight, s.Port)
 	}
 	h.read += len(out)
-	return "1\n", out, nil
+	return raw.String(), out, nil
 }
 
 func (h *haproxyServers) BackendServersState(_ context.Context, backends []string) ([]haproxy.ServerState, error) {
@@ -151,6 +161,61 @@ func renderBuiltin(t *testing.T, table *routes.SlotTable, snaps ...model.Snapsho
 // failed and the file was rolled back) leaves the slot table where it
 // was: the next change is assigned its slots as if the failed one had
 // never happened.
+// A slot change that broke off after HAProxy took it (a drain), and
+// whose fallback reload failed, leaves that slot's runtime state out of
+// step with the file. The reload that catches up does not carry that state
+// over to the new worker: the server-state file leaves the slot out.
+func TestASlotStateAFailedChangeLeftIsNotCarriedOver(t *testing.T) {
+	src := newSource("consul")
+	table := routes.NewSlotTable()
+	renderer, err := routes.New(slotOptions(table), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	r := newRig(t, dir, renderer, src)
+	r.a.opts.Validate = func(context.Context, string) error { return nil }
+	r.a.opts.StateFile = filepath.Join(dir, "server-state")
+	src.ch <- webInstances("w1", "w2")
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	h := newHAProxyServers(r.a.runRend.Servers.Flat())
+	r.a.opts.Runtime = h
+	r.run(t)
+	var w2 string // w2's slot
+	for _, s := range r.a.runRend.Servers.Flat() {
+		if s.Instance != "" && strings.HasSuffix(s.Address, ".2") {
+			w2 = " " + s.Server + " "
+		}
+	}
+
+	h.mu.Lock()
+	h.failAfter = errors.New("read unix master.sock: connection reset by peer")
+	h.mu.Unlock()
+	r.mu.Lock()
+	r.reloadOK = false
+	r.mu.Unlock()
+	src.ch <- webInstances("w1")
+	testenv.Eventually(t, 5*time.Second, "the failed change's reload", func() bool { return r.reloadCount() == 1 })
+
+	h.mu.Lock()
+	h.failAfter = nil
+	h.mu.Unlock()
+	r.mu.Lock()
+	r.reloadOK = true
+	r.mu.Unlock()
+	src.ch <- webInstances("w1", "w2")
+	testenv.Eventually(t, 5*time.Second, "the reload that catches up", func() bool { return r.reloadCount() == 2 })
+	b, err := os.ReadFile(r.a.opts.StateFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w2 == "" || strings.Contains(string(b), w2) || !strings.Contains(string(b), "http-web") {
+		t.Errorf("server-state file for the reload that caught up:\n%s\nwant w1's slot and not w2's (%q), drained by the failed change", b, w2)
+	}
+}
+
 func TestAChangeHAProxyDidNotTakeLeavesTheSlotTable(t *testing.T) {
 	src := newSource("consul")
 	table := routes.NewSlotTable()

@@ -79,6 +79,12 @@ func (a *Applier) runtime(ctx context.Context, at attempt) error {
 	file := stageFile(a.opts.Path, rend.Config, 0o640)
 	if err := run(); err != nil {
 		file.discard()
+		if at.moves == nil && !errors.Is(err, haproxy.ErrNotApplied) {
+			if a.untrusted == nil {
+				a.untrusted = map[string]bool{}
+			}
+			maps.Copy(a.untrusted, touchedSlots(cmds))
+		}
 		return err
 	}
 	if err := file.commit(); err != nil {
@@ -162,17 +168,29 @@ func (a *Applier) reloadWith(ctx context.Context, at attempt) {
 	case err != nil:
 		return // stopping
 	case o.OK:
-		a.diverged = false
+		a.diverged, a.untrusted = false, nil
 		a.took(at, metrics.Reloaded)
 		return
 	}
 	var ce *haproxy.ConfigError
-	if errors.Is(o.Err, reload.ErrRefused) || errors.As(o.Err, &ce) && !transient(o.Err) {
+	switch {
+	case (errors.Is(o.Err, reload.ErrRefused) || errors.As(o.Err, &ce) && !transient(o.Err)) &&
+		a.diverged && bytes.Equal(at.rend.Config, previous):
+		// The old workers run these very bytes, so the refusal is not
+		// theirs (a port taken meanwhile?); while HAProxy is out of step
+		// with them, try again, backing off.
+		a.backoff = min(max(a.backoff*2, writeRetryMin), writeRetryMax)
+		a.recheck, a.why = time.Now().Add(a.backoff), "retrying the reload of the running configuration"
+	case errors.Is(o.Err, reload.ErrRefused) || errors.As(o.Err, &ce) && !transient(o.Err):
 		// The same bytes would fail again: wait for different ones.
 		a.refused = at.digest()
-	} else {
+	default:
 		// Not confirmed in time, or haproxy -c could not run: try the
-		// same rendering again later.
+		// same rendering again later. HAProxy may yet load one it was
+		// sent, while the file is back to the old.
+		if errors.Is(o.Err, haproxy.ErrUnconfirmed) {
+			a.diverged = true
+		}
 		a.recheck, a.why = time.Now().Add(retryAfter), "retrying the reload"
 	}
 	a.record(metrics.Failed, at.why, at.change, at.start, o.Err)
@@ -205,7 +223,7 @@ func (a *Applier) saveServerState(ctx context.Context, next model.Rendering) {
 		prev = a.runRend.Servers.Flat()
 	}
 	if raw, _, err := a.opts.Runtime.ServersState(ctx); err == nil {
-		state = keepState(raw, prev, next.Servers.Flat())
+		state = keepState(raw, prev, next.Servers.Flat(), a.untrusted)
 	} else {
 		a.log.Warn("cannot save the servers' runtime state; the new worker starts from the file", "err", err)
 	}

@@ -1,9 +1,11 @@
 package apply
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/seamless-lb/seamless/entrypoint/haproxy"
 	"github.com/seamless-lb/seamless/entrypoint/metrics"
 	"github.com/seamless-lb/seamless/entrypoint/model"
+	"github.com/seamless-lb/seamless/entrypoint/reload"
 	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
@@ -224,13 +227,83 @@ func TestAFailedMoveWhoseReloadFailedIsReloadedNextTime(t *testing.T) {
 	at("10.0.0.1")
 	testenv.Eventually(t, 3*time.Second, "a reload of the file HAProxy may not run", func() bool { return r.reloadCount() == 2 })
 
-	t.Log("then a move goes over the runtime API again")
+	t.Log("again, and then the state moves on: a reload too, not a move")
+	reloadsOK(false)
+	at("10.0.0.4")
+	testenv.Eventually(t, 5*time.Second, "the second fallback reload", func() bool { return r.reloadCount() == 3 })
+	reloadsOK(true)
 	shows("10.0.0.3")
 	at("10.0.0.3")
+	testenv.Eventually(t, 3*time.Second, "a reload of a move from a file HAProxy may not run", func() bool { return r.reloadCount() == 4 })
+	if v := testutil.ToFloat64(r.m.RuntimeUpdates.WithLabelValues(metrics.Success)); v != 0 {
+		t.Errorf("runtime updates = %v, want none while HAProxy may not run the file", v)
+	}
+
+	t.Log("then a move goes over the runtime API again")
+	shows("10.0.0.5")
+	at("10.0.0.5")
 	testenv.Eventually(t, 5*time.Second, "the move applied over the runtime API", func() bool {
 		return testutil.ToFloat64(r.m.RuntimeUpdates.WithLabelValues(metrics.Success)) == 1
 	})
-	if n := r.reloadCount(); n != 2 {
-		t.Errorf("%d reloads, want 2", n)
+	if n := r.reloadCount(); n != 4 {
+		t.Errorf("%d reloads, want 4", n)
+	}
+}
+
+// A reload whose outcome is unknown leaves HAProxy out of step with the
+// file, as a failed runtime change does: HAProxy may yet load it while the
+// file is back to the old one, so the next apply reloads. And a reload
+// HAProxy refuses is not tried again with the same bytes, except the
+// running configuration's while HAProxy is out of step: the old workers
+// run those very bytes, and waiting for other ones would leave HAProxy
+// out of step until the next change.
+func TestAnUnconfirmedReloadThenARefusedOneOfTheRunningFileAreTriedAgain(t *testing.T) {
+	src := newSource("consul")
+	r := newRig(t, t.TempDir(), backendLines{}, src)
+	rt := &fakeRuntime{}
+	var (
+		mu      sync.Mutex
+		outcome = reload.Outcome{OK: true}
+	)
+	outcomes := func(o reload.Outcome) {
+		mu.Lock()
+		defer mu.Unlock()
+		outcome = o
+	}
+	r.a.opts.Reload = func(context.Context, string) (reload.Outcome, error) {
+		r.mu.Lock()
+		r.reloads = append(r.reloads, "reload")
+		r.mu.Unlock()
+		mu.Lock()
+		defer mu.Unlock()
+		return outcome, nil
+	}
+	r.a.opts.Runtime = rt // moves reload (no MovesInPlace)
+	at := func(addr string) {
+		src.ch <- model.Snapshot{Source: "consul", Results: map[model.Query]model.Result{model.LocalCatalog: {Catalog: &model.Catalog{Instances: []model.Instance{
+			{Source: "consul", Name: "web", ID: "i1", Address: addr, Port: 80, Status: model.StatusPassing},
+		}}}}}
+	}
+	at("10.0.0.1")
+	if err := r.a.Start(startCtx(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	r.run(t)
+
+	t.Log("a move's reload has an unknown outcome")
+	outcomes(reload.Outcome{Err: fmt.Errorf("%w: master gone quiet", haproxy.ErrUnconfirmed)})
+	at("10.0.0.2")
+	testenv.Eventually(t, 5*time.Second, "the fallback reload", func() bool { return r.reloadCount() == 1 })
+
+	t.Log("the state goes back to the file, whose reload HAProxy refuses")
+	outcomes(reload.Outcome{Err: reload.ErrRefused})
+	at("10.0.0.1")
+	testenv.Eventually(t, 3*time.Second, "a reload of the file HAProxy may not run", func() bool { return r.reloadCount() == 2 })
+
+	t.Log("tried again with no change, until it is taken")
+	outcomes(reload.Outcome{OK: true})
+	testenv.Eventually(t, 5*time.Second, "the refused reload of the running bytes tried again", func() bool { return r.reloadCount() == 3 })
+	if v := testutil.ToFloat64(r.m.Applies.WithLabelValues(metrics.Reloaded)); v != 1 {
+		t.Errorf("reloaded applies = %v, want 1", v)
 	}
 }

@@ -207,8 +207,10 @@ func touchedSlots(cmds []string) map[string]bool {
 // by an operator) over only when its slot holds the same instance at the
 // same address, in the same planned state, before and after. A slot that
 // now holds another instance, the same one again after it was drained and
-// freed, or a draining one that is back, starts as the file says.
-func keepState(raw string, prev, next []model.ServerSlot) string {
+// freed, or a draining one that is back, starts as the file says. So do
+// the slots in untrusted (a runtime change that failed partway touched
+// them: their state may be that change's, not the file's).
+func keepState(raw string, prev, next []model.ServerSlot, untrusted map[string]bool) string {
 	before := map[string]model.ServerSlot{}
 	for _, s := range prev {
 		before[slotKey(s.Backend, s.Server)] = s
@@ -239,7 +241,7 @@ func keepState(raw string, prev, next []model.ServerSlot) string {
 		n, ok := keep[k]
 		p := before[k]
 		if ok && n.Instance != "" && n.Instance == p.Instance && n.Address == p.Address && n.Port == p.Port &&
-			n.State == p.State && n.Port == s.Port {
+			n.State == p.State && n.Port == s.Port && !untrusted[k] {
 			b.WriteString(line + "\n")
 		}
 	}
