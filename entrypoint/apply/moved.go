@@ -131,14 +131,8 @@ const maxServerChanges = 16
 // A change to one server of 10,000 then splits 10 lines, not 20,000.
 // start is where they begin in taken.
 func changedRuns(taken, next []byte) (a, b []byte, start int) {
-	p := 0
-	for p < len(taken) && p < len(next) && taken[p] == next[p] {
-		p++
-	}
-	q := 0
-	for q < len(taken)-p && q < len(next)-p && taken[len(taken)-1-q] == next[len(next)-1-q] {
-		q++
-	}
+	p := commonPrefix(taken, next)
+	q := commonSuffix(taken[p:], next[p:])
 	// Back to the start of the line p is in, and of the server lines
 	// before it; on to the end of the line the suffix starts in, and of
 	// the server lines after it.
@@ -159,6 +153,36 @@ func changedRuns(taken, next []byte) (a, b []byte, start int) {
 		endA, endB = e, endB+(e-endA)
 	}
 	return taken[start:endA], next[start:endB], start
+}
+
+// equalRun is how many bytes commonPrefix and commonSuffix compare at a
+// time: bytes.Equal compares a run several times faster than a loop over
+// its bytes, which took a third of a millisecond per 400 KB, twice per
+// change of a template at 1000 services × 10.
+const equalRun = 256
+
+// commonPrefix is the length of the longest prefix a and b share.
+func commonPrefix(a, b []byte) int {
+	n, p := min(len(a), len(b)), 0
+	for p+equalRun <= n && bytes.Equal(a[p:p+equalRun], b[p:p+equalRun]) {
+		p += equalRun
+	}
+	for p < n && a[p] == b[p] {
+		p++
+	}
+	return p
+}
+
+// commonSuffix is the length of the longest suffix a and b share.
+func commonSuffix(a, b []byte) int {
+	n, q := min(len(a), len(b)), 0
+	for q+equalRun <= n && bytes.Equal(a[len(a)-q-equalRun:len(a)-q], b[len(b)-q-equalRun:len(b)-q]) {
+		q += equalRun
+	}
+	for q < n && a[len(a)-1-q] == b[len(b)-1-q] {
+		q++
+	}
+	return q
 }
 
 // lineEnd is the index of the newline ending the line i is in, or len(b).

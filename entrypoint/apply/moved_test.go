@@ -487,3 +487,51 @@ func FuzzChangedRunsJudgeAsTheWholeFiles(f *testing.F) {
 		}
 	})
 }
+
+// commonPrefix and commonSuffix, which compare runs of bytes at a time,
+// find what a byte at a time finds: a difference at, before and after a
+// run's edge, at either end, in texts of different lengths, and none.
+func TestCommonPrefixAndSuffixMatchAByteLoop(t *testing.T) {
+	prefix := func(a, b []byte) int {
+		p := 0
+		for p < len(a) && p < len(b) && a[p] == b[p] {
+			p++
+		}
+		return p
+	}
+	suffix := func(a, b []byte) int {
+		q := 0
+		for q < len(a) && q < len(b) && a[len(a)-1-q] == b[len(b)-1-q] {
+			q++
+		}
+		return q
+	}
+	base := bytes.Repeat([]byte("    server i1 10.0.0.1:80 check\n"), 3*equalRun/16)
+	type pair struct {
+		name string
+		a, b []byte
+	}
+	var cases []pair
+	for _, at := range []int{0, 1, equalRun - 1, equalRun, equalRun + 1, 2*equalRun + 7, len(base) - equalRun, len(base) - 1} {
+		b := bytes.Clone(base)
+		b[at] ^= 0x20
+		cases = append(cases, pair{fmt.Sprintf("byte %d changed", at), base, b})
+		cases = append(cases, pair{fmt.Sprintf("byte %d removed", at), base, slices.Delete(bytes.Clone(base), at, at+1)})
+	}
+	cases = append(cases, pair{"equal", base, bytes.Clone(base)}, pair{"one empty", base, nil},
+		pair{"a prefix of the other", base, base[:len(base)-equalRun-3]},
+		pair{"a suffix of the other", base, base[equalRun+3:]})
+	for _, c := range cases {
+		if got, want := commonPrefix(c.a, c.b), prefix(c.a, c.b); got != want {
+			t.Errorf("%s: commonPrefix = %d, want %d", c.name, got, want)
+		}
+		if got, want := commonSuffix(c.a, c.b), suffix(c.a, c.b); got != want {
+			t.Errorf("%s: commonSuffix = %d, want %d", c.name, got, want)
+		}
+		// As changedRuns uses them: the suffix after the prefix.
+		p := prefix(c.a, c.b)
+		if got, want := commonSuffix(c.a[p:], c.b[p:]), suffix(c.a[p:], c.b[p:]); got != want {
+			t.Errorf("%s: commonSuffix after the prefix = %d, want %d", c.name, got, want)
+		}
+	}
+}
