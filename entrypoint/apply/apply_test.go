@@ -132,6 +132,12 @@ func (r *rig) reloadCount() int {
 	return len(r.reloads)
 }
 
+func (r *rig) setReloadOK(ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reloadOK = ok
+}
+
 func newRig(t *testing.T, dir string, renderer model.Renderer, sources ...model.Source) *rig {
 	t.Helper()
 	r := &rig{path: filepath.Join(dir, "haproxy.cfg"), m: metrics.New(), reloadOK: true}

@@ -193,18 +193,14 @@ func TestASlotStateAFailedChangeLeftIsNotCarriedOver(t *testing.T) {
 	h.mu.Lock()
 	h.failAfter = errors.New("read unix master.sock: connection reset by peer")
 	h.mu.Unlock()
-	r.mu.Lock()
-	r.reloadOK = false
-	r.mu.Unlock()
+	r.setReloadOK(false)
 	src.ch <- webInstances("w1")
 	testenv.Eventually(t, 5*time.Second, "the failed change's reload", func() bool { return r.reloadCount() == 1 })
 
 	h.mu.Lock()
 	h.failAfter = nil
 	h.mu.Unlock()
-	r.mu.Lock()
-	r.reloadOK = true
-	r.mu.Unlock()
+	r.setReloadOK(true)
 	src.ch <- webInstances("w1", "w2")
 	testenv.Eventually(t, 5*time.Second, "the reload that catches up", func() bool { return r.reloadCount() == 2 })
 	b, err := os.ReadFile(r.a.opts.StateFile)
@@ -235,9 +231,7 @@ func TestAChangeHAProxyDidNotTakeLeavesTheSlotTable(t *testing.T) {
 	r.run(t)
 
 	h.setFail(fmt.Errorf("%w: dial unix master.sock: connection refused", haproxy.ErrNotApplied))
-	r.mu.Lock()
-	r.reloadOK = false
-	r.mu.Unlock()
+	r.setReloadOK(false)
 	src.ch <- webInstances("w1", "w2", "w3")
 	testenv.Eventually(t, 5*time.Second, "the change fails", func() bool {
 		return testutil.ToFloat64(r.m.Applies.WithLabelValues(metrics.Failed)) == 1
@@ -250,9 +244,7 @@ func TestAChangeHAProxyDidNotTakeLeavesTheSlotTable(t *testing.T) {
 	}
 
 	h.setFail(nil)
-	r.mu.Lock()
-	r.reloadOK = true
-	r.mu.Unlock()
+	r.setReloadOK(true)
 	src.ch <- webInstances("w1", "w2", "w4")
 	testenv.Eventually(t, 5*time.Second, "the next change goes over the runtime API", func() bool {
 		return testutil.ToFloat64(r.m.RuntimeUpdates.WithLabelValues(metrics.Success)) == 1

@@ -282,15 +282,11 @@ func TestAServerChangeIsReloadedWithoutACheck(t *testing.T) {
 	step(4, 2, 3, portsFile(many...), many...) // too many added at once: checked
 	// A reload HAProxy refuses puts the file back; what runs is still
 	// taken, so the next move is not checked either.
-	r.mu.Lock()
-	r.reloadOK = false
-	r.mu.Unlock()
+	r.setReloadOK(false)
 	moved := slices.Clone(many)
 	moved[1] = 9015
 	step(5, 2, 4, portsFile(many...), moved...)
-	r.mu.Lock()
-	r.reloadOK = true
-	r.mu.Unlock()
+	r.setReloadOK(true)
 	moved[1] = 9016
 	step(6, 2, 5, portsFile(moved...), moved...)
 }

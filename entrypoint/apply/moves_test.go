@@ -137,26 +137,16 @@ func TestMovedServersGoOverTheRuntimeAPIAndFallBackToAReload(t *testing.T) {
 	src := newSource("consul")
 	r := newRig(t, t.TempDir(), backendLines{}, src)
 	rt := &fakeRuntime{}
-	shows := func(addr string) {
-		rt.mu.Lock()
-		defer rt.mu.Unlock()
-		rt.state = []haproxy.ServerState{{Backend: "web", Server: "i1", Address: addr, Port: 80, Weight: 1}}
-	}
 	r.a.opts.Runtime = rt
 	r.a.opts.MovesInPlace = func() bool { return true }
-	at := func(addr string) {
-		src.ch <- model.Snapshot{Source: "consul", Results: map[model.Query]model.Result{model.LocalCatalog: {Catalog: &model.Catalog{Instances: []model.Instance{
-			{Source: "consul", Name: "web", ID: "i1", Address: addr, Port: 80, Status: model.StatusPassing},
-		}}}}}
-	}
-	at("10.0.0.1")
+	webAt(src, "10.0.0.1")
 	if err := r.a.Start(startCtx(t, r)); err != nil {
 		t.Fatal(err)
 	}
 	r.run(t)
 
-	shows("10.0.0.2")
-	at("10.0.0.2")
+	rt.shows("10.0.0.2")
+	webAt(src, "10.0.0.2")
 	testenv.Eventually(t, 5*time.Second, "the move applied over the runtime API", func() bool {
 		return testutil.ToFloat64(r.m.RuntimeUpdates.WithLabelValues(metrics.Success)) == 1
 	})
@@ -171,7 +161,7 @@ func TestMovedServersGoOverTheRuntimeAPIAndFallBackToAReload(t *testing.T) {
 	}
 
 	t.Log("HAProxy does not show the next move")
-	at("10.0.0.3")
+	webAt(src, "10.0.0.3")
 	testenv.Eventually(t, 5*time.Second, "a reload instead", func() bool { return r.reloadCount() == 1 })
 	if v := testutil.ToFloat64(r.m.RuntimeUpdates.WithLabelValues(metrics.Failure)); v != 1 {
 		t.Errorf("runtime failures = %v, want 1", v)
@@ -190,58 +180,43 @@ func TestAFailedMoveWhoseReloadFailedIsReloadedNextTime(t *testing.T) {
 	src := newSource("consul")
 	r := newRig(t, t.TempDir(), backendLines{}, src)
 	rt := &fakeRuntime{}
-	shows := func(addr string) {
-		rt.mu.Lock()
-		defer rt.mu.Unlock()
-		rt.state = []haproxy.ServerState{{Backend: "web", Server: "i1", Address: addr, Port: 80, Weight: 1}}
-	}
-	reloadsOK := func(ok bool) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.reloadOK = ok
-	}
 	r.a.opts.Runtime = rt
 	r.a.opts.MovesInPlace = func() bool { return true }
-	at := func(addr string) {
-		src.ch <- model.Snapshot{Source: "consul", Results: map[model.Query]model.Result{model.LocalCatalog: {Catalog: &model.Catalog{Instances: []model.Instance{
-			{Source: "consul", Name: "web", ID: "i1", Address: addr, Port: 80, Status: model.StatusPassing},
-		}}}}}
-	}
-	at("10.0.0.1")
-	shows("10.0.0.1")
+	webAt(src, "10.0.0.1")
+	rt.shows("10.0.0.1")
 	if err := r.a.Start(startCtx(t, r)); err != nil {
 		t.Fatal(err)
 	}
 	r.run(t)
 
 	t.Log("the move is sent but never shows, and the reload after it fails")
-	reloadsOK(false)
-	at("10.0.0.2")
+	r.setReloadOK(false)
+	webAt(src, "10.0.0.2")
 	testenv.Eventually(t, 5*time.Second, "the fallback reload", func() bool { return r.reloadCount() == 1 })
 	testenv.Eventually(t, 5*time.Second, "the file back to what ran", func() bool {
 		return strings.Contains(r.file(t), "server i1 10.0.0.1:80")
 	})
 
 	t.Log("the state goes back to the file")
-	reloadsOK(true)
-	at("10.0.0.1")
+	r.setReloadOK(true)
+	webAt(src, "10.0.0.1")
 	testenv.Eventually(t, 3*time.Second, "a reload of the file HAProxy may not run", func() bool { return r.reloadCount() == 2 })
 
 	t.Log("again, and then the state moves on: a reload too, not a move")
-	reloadsOK(false)
-	at("10.0.0.4")
+	r.setReloadOK(false)
+	webAt(src, "10.0.0.4")
 	testenv.Eventually(t, 5*time.Second, "the second fallback reload", func() bool { return r.reloadCount() == 3 })
-	reloadsOK(true)
-	shows("10.0.0.3")
-	at("10.0.0.3")
+	r.setReloadOK(true)
+	rt.shows("10.0.0.3")
+	webAt(src, "10.0.0.3")
 	testenv.Eventually(t, 3*time.Second, "a reload of a move from a file HAProxy may not run", func() bool { return r.reloadCount() == 4 })
 	if v := testutil.ToFloat64(r.m.RuntimeUpdates.WithLabelValues(metrics.Success)); v != 0 {
 		t.Errorf("runtime updates = %v, want none while HAProxy may not run the file", v)
 	}
 
 	t.Log("then a move goes over the runtime API again")
-	shows("10.0.0.5")
-	at("10.0.0.5")
+	rt.shows("10.0.0.5")
+	webAt(src, "10.0.0.5")
 	testenv.Eventually(t, 5*time.Second, "the move applied over the runtime API", func() bool {
 		return testutil.ToFloat64(r.m.RuntimeUpdates.WithLabelValues(metrics.Success)) == 1
 	})
@@ -279,12 +254,7 @@ func TestAnUnconfirmedReloadThenARefusedOneOfTheRunningFileAreTriedAgain(t *test
 		return outcome, nil
 	}
 	r.a.opts.Runtime = rt // moves reload (no MovesInPlace)
-	at := func(addr string) {
-		src.ch <- model.Snapshot{Source: "consul", Results: map[model.Query]model.Result{model.LocalCatalog: {Catalog: &model.Catalog{Instances: []model.Instance{
-			{Source: "consul", Name: "web", ID: "i1", Address: addr, Port: 80, Status: model.StatusPassing},
-		}}}}}
-	}
-	at("10.0.0.1")
+	webAt(src, "10.0.0.1")
 	if err := r.a.Start(startCtx(t, r)); err != nil {
 		t.Fatal(err)
 	}
@@ -292,12 +262,12 @@ func TestAnUnconfirmedReloadThenARefusedOneOfTheRunningFileAreTriedAgain(t *test
 
 	t.Log("a move's reload has an unknown outcome")
 	outcomes(reload.Outcome{Err: fmt.Errorf("%w: master gone quiet", haproxy.ErrUnconfirmed)})
-	at("10.0.0.2")
+	webAt(src, "10.0.0.2")
 	testenv.Eventually(t, 5*time.Second, "the fallback reload", func() bool { return r.reloadCount() == 1 })
 
 	t.Log("the state goes back to the file, whose reload HAProxy refuses")
 	outcomes(reload.Outcome{Err: reload.ErrRefused})
-	at("10.0.0.1")
+	webAt(src, "10.0.0.1")
 	testenv.Eventually(t, 3*time.Second, "a reload of the file HAProxy may not run", func() bool { return r.reloadCount() == 2 })
 
 	t.Log("tried again with no change, until it is taken")
@@ -306,4 +276,18 @@ func TestAnUnconfirmedReloadThenARefusedOneOfTheRunningFileAreTriedAgain(t *test
 	if v := testutil.ToFloat64(r.m.Applies.WithLabelValues(metrics.Reloaded)); v != 1 {
 		t.Errorf("reloaded applies = %v, want 1", v)
 	}
+}
+
+// webAt sends a catalog of web's one instance, i1, at addr:80.
+func webAt(src *fakeSource, addr string) {
+	src.ch <- model.Snapshot{Source: "consul", Results: map[model.Query]model.Result{model.LocalCatalog: {Catalog: &model.Catalog{Instances: []model.Instance{
+		{Source: "consul", Name: "web", ID: "i1", Address: addr, Port: 80, Status: model.StatusPassing},
+	}}}}}
+}
+
+// shows makes the runtime show web/i1 at addr:80.
+func (f *fakeRuntime) shows(addr string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.state = []haproxy.ServerState{{Backend: "web", Server: "i1", Address: addr, Port: 80, Weight: 1}}
 }
