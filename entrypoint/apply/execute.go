@@ -173,15 +173,15 @@ func (a *Applier) reloadWith(ctx context.Context, at attempt) {
 		return
 	}
 	var ce *haproxy.ConfigError
+	refused := errors.Is(o.Err, reload.ErrRefused) || errors.As(o.Err, &ce) && !transient(o.Err)
 	switch {
-	case (errors.Is(o.Err, reload.ErrRefused) || errors.As(o.Err, &ce) && !transient(o.Err)) &&
-		a.diverged && bytes.Equal(at.rend.Config, previous):
+	case refused && a.diverged && bytes.Equal(at.rend.Config, previous):
 		// The old workers run these very bytes, so the refusal is not
 		// theirs (a port taken meanwhile?); while HAProxy is out of step
 		// with them, try again, backing off.
 		a.backoff = min(max(a.backoff*2, writeRetryMin), writeRetryMax)
 		a.recheck, a.why = time.Now().Add(a.backoff), "retrying the reload of the running configuration"
-	case errors.Is(o.Err, reload.ErrRefused) || errors.As(o.Err, &ce) && !transient(o.Err):
+	case refused:
 		// The same bytes would fail again: wait for different ones.
 		a.refused = at.digest()
 	default:
