@@ -111,7 +111,9 @@ func (p *Passed) take(sum [sha256.Size]byte) bool {
 // garbage per reload.
 func digest(files []string) ([sha256.Size]byte, error) {
 	h := sha256.New()
-	buf := make([]byte, 32<<10)
+	bp := digestBufs.Get().(*[]byte)
+	defer digestBufs.Put(bp)
+	buf := *bp
 	for _, f := range files {
 		n, err := hashFile(h, f, buf)
 		if err != nil {
@@ -121,6 +123,10 @@ func digest(files []string) ([sha256.Size]byte, error) {
 	}
 	return [sha256.Size]byte(h.Sum(nil)), nil
 }
+
+// digestBufs keep digest's buffer between reloads: a new one was the
+// largest share of the bytes a reload of a small catalog allocated.
+var digestBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // hashFile writes path's content to h through buf and returns its length.
 func hashFile(h io.Writer, path string, buf []byte) (int64, error) {
