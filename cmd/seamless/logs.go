@@ -30,7 +30,14 @@ func (h haproxyLines) Write(p []byte) (int, error) {
 	case strings.HasPrefix(line, "[WARNING]"):
 		level = slog.LevelWarn
 	}
-	h.log.Log(context.Background(), level, line, "component", "haproxy")
+	// A record of its own: Logger.Log would look up its caller's frame
+	// for every line, and an old worker stopping prints one per proxy.
+	ctx := context.Background()
+	if hd := h.log.Handler(); hd.Enabled(ctx, level) {
+		r := slog.NewRecord(time.Now(), level, line, 0)
+		r.AddAttrs(slog.String("component", "haproxy"))
+		_ = hd.Handle(ctx, r)
+	}
 	return len(p), nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"syscall"
@@ -255,5 +256,53 @@ func TestHeldStopsArePrintedWhenTheOutputEnds(t *testing.T) {
 		"[WARNING]  (12) : 3 more proxies stopped (cumulated conns: FE: 12, BE: 24).\n"
 	if got := b.String(); got != want {
 		t.Errorf("after the output ended:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// records keeps what a logger handed it.
+type records struct{ got []slog.Record }
+
+func (r *records) Enabled(context.Context, slog.Level) bool { return true }
+func (r *records) Handle(_ context.Context, rec slog.Record) error {
+	r.got = append(r.got, rec.Clone())
+	return nil
+}
+func (r *records) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *records) WithGroup(string) slog.Handler      { return r }
+
+// In json, each HAProxy line is a record at HAProxy's own severity, and
+// the record does not name seamless's caller: looking that frame up was
+// most of what a line cost, and an old worker prints one per proxy as it
+// stops.
+func TestHAProxyLinesAreRecordsAtTheirSeverity(t *testing.T) {
+	h := &records{}
+	w := haproxyLines{slog.New(h)}
+	for _, l := range []string{
+		"[NOTICE]   (1) : Loading success.\n",
+		"[WARNING]  (9) : Proxy be stopped (cumulated conns: FE: 0, BE: 3).\n",
+		"[ALERT]    (1) : config : parsing [x.cfg:3] : unknown keyword\r\n",
+	} {
+		if n, err := w.Write([]byte(l)); n != len(l) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v", l, n, err)
+		}
+	}
+	want := []slog.Level{slog.LevelInfo, slog.LevelWarn, slog.LevelError}
+	if len(h.got) != len(want) {
+		t.Fatalf("%d records, want %d", len(h.got), len(want))
+	}
+	for i, r := range h.got {
+		component := ""
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "component" {
+				component = a.Value.String()
+			}
+			return true
+		})
+		if r.Level != want[i] || component != "haproxy" || strings.ContainsAny(r.Message, "\r\n") || r.Time.IsZero() {
+			t.Errorf("record %d: level %v, component %q, message %q, time %v; want level %v, component haproxy, the line without its end", i, r.Level, component, r.Message, r.Time, want[i])
+		}
+		if r.PC != 0 {
+			t.Errorf("record %d names a caller (pc %#x): looked up for every line", i, r.PC)
+		}
 	}
 }
