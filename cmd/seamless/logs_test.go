@@ -272,8 +272,8 @@ func (r *records) WithGroup(string) slog.Handler      { return r }
 
 // In json, each HAProxy line is a record at HAProxy's own severity, and
 // the record does not name seamless's caller: looking that frame up was
-// most of what a line cost, and an old worker prints one per proxy as it
-// stops.
+// the largest part of a record's cost, and an old worker prints a line
+// per proxy as it stops.
 func TestHAProxyLinesAreRecordsAtTheirSeverity(t *testing.T) {
 	h := &records{}
 	w := haproxyLines{slog.New(h)}

@@ -124,8 +124,8 @@ func digest(files []string) ([sha256.Size]byte, error) {
 	return [sha256.Size]byte(h.Sum(nil)), nil
 }
 
-// digestBufs keep digest's buffer between reloads: a new one was the
-// largest share of the bytes a reload of a small catalog allocated.
+// digestBufs keep digest's buffer between reloads: a new one was among
+// the largest allocations of a reload at a hundred services.
 var digestBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // hashFile writes path's content to h through buf and returns its length.
