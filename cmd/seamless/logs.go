@@ -19,10 +19,17 @@ import (
 // writes it), into log records, so that with SEAMLESS_LOG_FORMAT=json the
 // whole stream is JSON for a log pipeline. HAProxy's own severity becomes
 // the record's level.
+//
+// It, dedupe and summer take a line as a string too (io.StringWriter,
+// which LogTap writes through), so that the string LogTap read is the
+// one every step keeps: a []byte between them was a copy of every line
+// at every step, and an old worker prints a line per proxy as it stops.
 type haproxyLines struct{ log *slog.Logger }
 
-func (h haproxyLines) Write(p []byte) (int, error) {
-	line := strings.TrimRight(string(p), "\r\n")
+func (h haproxyLines) Write(p []byte) (int, error) { return h.WriteString(string(p)) }
+
+func (h haproxyLines) WriteString(s string) (int, error) {
+	line := strings.TrimRight(s, "\r\n")
 	level := slog.LevelInfo
 	switch {
 	case strings.HasPrefix(line, "[ALERT]"):
@@ -38,7 +45,7 @@ func (h haproxyLines) Write(p []byte) (int, error) {
 		r.AddAttrs(slog.String("component", "haproxy"))
 		_ = hd.Handle(ctx, r)
 	}
-	return len(p), nil
+	return len(s), nil
 }
 
 // onceEach passes HAProxy's output on, less the log target's copy of a
@@ -59,18 +66,20 @@ type dedupe struct {
 // minEcho keeps short messages from matching by accident.
 const minEcho = 12
 
-func (d *dedupe) Write(p []byte) (int, error) {
-	line := strings.TrimRight(string(p), "\r\n")
+func (d *dedupe) Write(p []byte) (int, error) { return d.WriteString(string(p)) }
+
+func (d *dedupe) WriteString(s string) (int, error) {
+	line := strings.TrimRight(s, "\r\n")
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, r := range d.recent {
 		if r != "" && r != line && (echoes(r, line) || echoes(line, r)) {
-			return len(p), nil
+			return len(s), nil
 		}
 	}
 	d.recent[d.n%len(d.recent)] = line
 	d.n++
-	return d.w.Write(p)
+	return io.WriteString(d.w, s)
 }
 
 // Flush flushes the writer it passes lines to, if that holds any back.
@@ -84,11 +93,12 @@ func (d *dedupe) Flush() error {
 // echoes: prefixed is "[LEVEL]  (pid) : message" and other ends with
 // message.
 func echoes(prefixed, other string) bool {
-	if !strings.HasPrefix(prefixed, "[") {
+	// The cheap tests first: most pairs are two of HAProxy's own lines.
+	if !strings.HasPrefix(prefixed, "[") || strings.HasPrefix(other, "[") {
 		return false
 	}
 	_, msg, ok := strings.Cut(prefixed, ") : ")
-	return ok && len(msg) >= minEcho && !strings.HasPrefix(other, "[") && strings.HasSuffix(other, msg)
+	return ok && len(msg) >= minEcho && strings.HasSuffix(other, msg)
 }
 
 // stopsSummed passes HAProxy's output on, but of the "Proxy X stopped
@@ -126,8 +136,10 @@ type stopRun struct {
 	fe, be int64 // connections of the stops past the first keptStops
 }
 
-func (s *summer) Write(p []byte) (int, error) {
-	line := strings.TrimRight(string(p), "\r\n")
+func (s *summer) Write(p []byte) (int, error) { return s.WriteString(string(p)) }
+
+func (s *summer) WriteString(text string) (int, error) {
+	line := strings.TrimRight(text, "\r\n")
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	pid, fe, be, ok := proxyStopped(line)
@@ -140,7 +152,7 @@ func (s *summer) Write(p []byte) (int, error) {
 				ferr = cmp.Or(ferr, s.flushLocked(pid))
 			}
 		}
-		n, err := s.w.Write(p)
+		n, err := io.WriteString(s.w, text)
 		return n, cmp.Or(err, ferr)
 	}
 	r := s.runs[pid]
@@ -155,11 +167,11 @@ func (s *summer) Write(p []byte) (int, error) {
 		s.timer.Reset(s.quiet)
 	}
 	if r.n <= keptStops {
-		return s.w.Write(p)
+		return io.WriteString(s.w, text)
 	}
 	r.fe += fe
 	r.be += be
-	return len(p), nil
+	return len(text), nil
 }
 
 // Flush prints every run held back: HAProxy's output ended.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -303,6 +304,39 @@ func TestHAProxyLinesAreRecordsAtTheirSeverity(t *testing.T) {
 		}
 		if r.PC != 0 {
 			t.Errorf("record %d names a caller (pc %#x): looked up for every line", i, r.PC)
+		}
+	}
+}
+
+// The string LogTap reads for a line is the one every step after it
+// keeps: a worker stopping prints a line per proxy (a thousand at a
+// thousand services), and each step converting it back and forth made
+// four copies of every line.
+func TestALineIsNotCopiedAlongTheWay(t *testing.T) {
+	const stops = 1000
+	var sb strings.Builder
+	for i := range stops {
+		fmt.Fprintf(&sb, "[WARNING]  (4242) : Proxy svc-%04d stopped (cumulated conns: FE: 0, BE: 12).\n", i)
+	}
+	sb.WriteString("[WARNING]  (1) : Former worker (4242) exited with code 0 (Exit)\n")
+	text := sb.String()
+	for _, format := range []string{"text", "json"} {
+		var out bytes.Buffer
+		var to io.Writer = &out
+		if format == "json" {
+			to = haproxyLines{slog.New(slog.NewJSONHandler(&out, nil))}
+		}
+		allocs := testing.AllocsPerRun(5, func() {
+			out.Reset()
+			haproxy.NewLogTap().Copy(strings.NewReader(text), onceEach(stopsSummed(to)))
+		})
+		// One string per line, and a few for the reader, the summer and
+		// the records it passes on.
+		if limit := float64(stops) * 1.1; allocs > limit {
+			t.Errorf("%s: %.0f allocations for %d lines, want at most %.0f", format, allocs, stops+1, limit)
+		}
+		if n := strings.Count(out.String(), "stopped"); n != keptStops+1 {
+			t.Errorf("%s: %d stop lines passed on, want the first %d and their sum:\n%s", format, n, keptStops, out.String())
 		}
 	}
 }
