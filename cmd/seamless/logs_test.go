@@ -260,23 +260,12 @@ func TestHeldStopsArePrintedWhenTheOutputEnds(t *testing.T) {
 	}
 }
 
-// records keeps what a logger handed it.
-type records struct{ got []slog.Record }
-
-func (r *records) Enabled(context.Context, slog.Level) bool { return true }
-func (r *records) Handle(_ context.Context, rec slog.Record) error {
-	r.got = append(r.got, rec.Clone())
-	return nil
-}
-func (r *records) WithAttrs([]slog.Attr) slog.Handler { return r }
-func (r *records) WithGroup(string) slog.Handler      { return r }
-
 // In json, each HAProxy line is a record at HAProxy's own severity, and
 // the record does not name seamless's caller: looking that frame up was
 // the largest part of a record's cost, and an old worker prints a line
 // per proxy as it stops.
 func TestHAProxyLinesAreRecordsAtTheirSeverity(t *testing.T) {
-	h := &records{}
+	h := &testenv.Records{}
 	w := haproxyLines{slog.New(h)}
 	for _, l := range []string{
 		"[NOTICE]   (1) : Loading success.\n",
@@ -288,10 +277,11 @@ func TestHAProxyLinesAreRecordsAtTheirSeverity(t *testing.T) {
 		}
 	}
 	want := []slog.Level{slog.LevelInfo, slog.LevelWarn, slog.LevelError}
-	if len(h.got) != len(want) {
-		t.Fatalf("%d records, want %d", len(h.got), len(want))
+	got := h.All()
+	if len(got) != len(want) {
+		t.Fatalf("%d records, want %d", len(got), len(want))
 	}
-	for i, r := range h.got {
+	for i, r := range got {
 		component := ""
 		r.Attrs(func(a slog.Attr) bool {
 			if a.Key == "component" {

@@ -50,7 +50,7 @@ func TestContainers(t *testing.T) {
 		t.Errorf("snapshot %+v", s)
 	}
 	testenv.Eventually(t, wait, "the ambiguous container's reason logged", func() bool {
-		return r.logs.count("WARN container left out", "container="+l.prefix+"ambiguous",
+		return r.logs.Count("WARN container left out", "container="+l.prefix+"ambiguous",
 			"exposes several TCP ports (8080, 9090): choose one with the label seamless.port") == 1
 	})
 	testenv.Eventually(t, wait, "status up", func() bool { return r.Status().Up })
@@ -76,7 +76,7 @@ func TestContainers(t *testing.T) {
 		}
 		r.until(t, "renamed:8080")
 	})
-	if n := r.logs.count("container left out", "container="+l.prefix+"ambiguous"); n != 1 {
+	if n := r.logs.Count("container left out", "container="+l.prefix+"ambiguous"); n != 1 {
 		t.Errorf("the ambiguous container was logged %d times, want once", n)
 	}
 }
@@ -97,7 +97,7 @@ func TestHealthchecks(t *testing.T) {
 		t.Errorf("the passing container's checks: %+v", c)
 	}
 	testenv.Eventually(t, wait, "the failing container logged", func() bool {
-		return r.logs.count(`WARN container's healthcheck says "unhealthy"; reported critical`, "container="+l.prefix+"failing") == 1
+		return r.logs.Count(`WARN container's healthcheck says "unhealthy"; reported critical`, "container="+l.prefix+"failing") == 1
 	})
 	if in := find(s, l.prefix+"failing"); len(in.Checks) != 1 || in.Checks[0].Status != model.StatusCritical {
 		t.Errorf("the failing container: %+v", in)
@@ -148,14 +148,14 @@ func TestNetworkChanges(t *testing.T) {
 		connect(two)
 		r.until(t, "")
 		testenv.Eventually(t, wait, "the reason logged", func() bool {
-			return r.logs.count("container left out", "container="+l.prefix+"x", "attached to several networks") == 1
+			return r.logs.Count("container left out", "container="+l.prefix+"x", "attached to several networks") == 1
 		})
 		disconnect(one)
 		if s := r.until(t, "x:8080"); find(s, l.prefix+"x").Address != l.ip(id, two) {
 			t.Errorf("address %s, want the one on %s", find(s, l.prefix+"x").Address, two)
 		}
 		testenv.Eventually(t, wait, "the end of it logged", func() bool {
-			return r.logs.count("container routed as labelled again", "container="+l.prefix+"x") == 1
+			return r.logs.Count("container routed as labelled again", "container="+l.prefix+"x") == 1
 		})
 	})
 	t.Run("a network configured", func(t *testing.T) {
@@ -239,7 +239,7 @@ func TestNoSnapshotWhenNothingChanged(t *testing.T) {
 	before := r.Status().LastSuccess
 	l.run("elsewhere", box{network: other, labels: enabled()}) // labelled, so re-listed; not on net, so left out
 	testenv.Eventually(t, wait, "listed again", func() bool {
-		return r.Status().LastSuccess.After(before) && r.logs.count("container left out", "container="+l.prefix+"elsewhere") == 1
+		return r.Status().LastSuccess.After(before) && r.logs.Count("container left out", "container="+l.prefix+"elsewhere") == 1
 	})
 	l.run("y", box{network: net, labels: enabled()})
 	testenv.Eventually(t, wait, "the change arrives", func() bool {
@@ -285,7 +285,7 @@ func TestStopDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, wait, "the SIGHUP seen", func() bool {
-		return r.logs.count("Docker event", "action=kill", "id="+id[:12]) == 1
+		return r.logs.Count("Docker event", "action=kill", "id="+id[:12]) == 1
 	})
 	before := r.Status().LastSuccess
 	testenv.Eventually(t, wait, "listed again", func() bool { return r.Status().LastSuccess.After(before) })

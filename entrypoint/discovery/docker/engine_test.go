@@ -109,7 +109,7 @@ func TestEngineNeverReachable(t *testing.T) {
 	first := st.LastErrorAt
 	testenv.Eventually(t, wait, "a retry", func() bool { return r.Status().LastErrorAt.After(first) })
 	r.quiet(t, "without an engine")
-	if n := r.logs.count("cannot list Docker containers"); n != 1 {
+	if n := r.logs.Count("cannot list Docker containers"); n != 1 {
 		t.Errorf("the failure was logged %d times, want once per series:\n%s", n, r.logs)
 	}
 }
@@ -218,7 +218,7 @@ func TestEventsRefused(t *testing.T) {
 		defer f.mu.Unlock()
 		return f.eventsCalls >= 3
 	})
-	if n := r.logs.count("Docker event stream failed;"); n != 1 {
+	if n := r.logs.Count("Docker event stream failed;"); n != 1 {
 		t.Errorf("logged %d times, want once per series:\n%s", n, r.logs)
 	}
 
@@ -288,10 +288,10 @@ func TestSlowReaderGetsOnlyTheNewest(t *testing.T) {
 	f := newFakeEngine(t)
 	f.set(func(f *fakeEngine) { f.containers = []container.InspectResponse{inspected("seamless.port=80")} })
 	r := start(t, f.config(20*time.Millisecond), "")
-	testenv.Eventually(t, wait, "listed", func() bool { return r.logs.count("Docker containers listed") == 1 })
+	testenv.Eventually(t, wait, "listed", func() bool { return r.logs.Count("Docker containers listed") == 1 })
 	for i, port := range []string{"81", "82", "83"} {
 		f.set(func(f *fakeEngine) { f.containers = []container.InspectResponse{inspected("seamless.port=" + port)} })
-		testenv.Eventually(t, wait, "the change is listed", func() bool { return r.logs.count("service changed") == i+1 })
+		testenv.Eventually(t, wait, "the change is listed", func() bool { return r.logs.Count("service changed") == i+1 })
 	}
 	if got := summary(r.next(t), ""); got != "shop-web-1:83" {
 		t.Errorf("the slow reader got %q first", got)

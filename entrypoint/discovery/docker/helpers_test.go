@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/seamless-lb/seamless/entrypoint/model"
+	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
 const wait = 30 * time.Second
@@ -43,74 +42,11 @@ func find(s model.Snapshot, name string) *model.Instance {
 	return nil
 }
 
-// records is a slog handler that keeps each record as a line of its
-// message and attributes ("container left out container=x reason=...").
-type records struct {
-	mu    sync.Mutex
-	lines []string
-	attrs []slog.Attr
-}
-
-func (r *records) Enabled(context.Context, slog.Level) bool { return true }
-func (r *records) WithGroup(string) slog.Handler            { return r }
-func (r *records) WithAttrs(as []slog.Attr) slog.Handler {
-	return &recordsWith{r: r, attrs: as}
-}
-func (r *records) Handle(_ context.Context, rec slog.Record) error { return r.handle(nil, rec) }
-
-func (r *records) handle(with []slog.Attr, rec slog.Record) error {
-	line := rec.Level.String() + " " + rec.Message
-	for _, a := range with {
-		line += " " + a.String()
-	}
-	rec.Attrs(func(a slog.Attr) bool {
-		line += " " + a.String()
-		return true
-	})
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.lines = append(r.lines, line)
-	return nil
-}
-
-type recordsWith struct {
-	r     *records
-	attrs []slog.Attr
-}
-
-func (w *recordsWith) Enabled(context.Context, slog.Level) bool { return true }
-func (w *recordsWith) WithGroup(string) slog.Handler            { return w }
-func (w *recordsWith) WithAttrs(as []slog.Attr) slog.Handler {
-	return &recordsWith{r: w.r, attrs: append(slices.Clone(w.attrs), as...)}
-}
-func (w *recordsWith) Handle(_ context.Context, rec slog.Record) error {
-	return w.r.handle(w.attrs, rec)
-}
-
-// count is the number of lines containing every one of parts.
-func (r *records) count(parts ...string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, l := range r.lines {
-		if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(l, p) }) {
-			n++
-		}
-	}
-	return n
-}
-
-func (r *records) String() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return strings.Join(r.lines, "\n")
-}
-
 // running is a Source in Run.
 type running struct {
 	*Source
 	out    chan model.Snapshot
-	logs   *records
+	logs   *testenv.Records
 	prefix string
 	stop   context.CancelFunc
 	done   chan struct{}
@@ -120,7 +56,7 @@ type running struct {
 // prefix.
 func start(t *testing.T, cfg Config, prefix string) *running {
 	t.Helper()
-	logs := &records{}
+	logs := &testenv.Records{}
 	s, err := New(cfg, slog.New(logs))
 	if err != nil {
 		t.Fatal(err)

@@ -211,7 +211,7 @@ func TestMalformedFileKeepsItsLastGoodContent(t *testing.T) {
 	if st.LastErrorAt.IsZero() {
 		t.Errorf("status %+v", st)
 	}
-	if n := r.logs.count("services file rejected"); n != 1 {
+	if n := r.logs.Count("services file rejected"); n != 1 {
 		t.Errorf("logged the rejection %d times", n)
 	}
 
@@ -300,7 +300,7 @@ func TestSlowReaderGetsOnlyTheNewest(t *testing.T) {
 
 	for i, port := range []int{81, 82, 83} {
 		writeAtomic(t, web, svc("web", port))
-		testenv.Eventually(t, wait, "the change is read", func() bool { return r.logs.count("service changed") == i+1 })
+		testenv.Eventually(t, wait, "the change is read", func() bool { return r.logs.Count("service changed") == i+1 })
 	}
 	if got := summary(r.next(t)); got != "web:83" {
 		t.Errorf("the slow reader got %q first", got)

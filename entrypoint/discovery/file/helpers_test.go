@@ -6,13 +6,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/seamless-lb/seamless/entrypoint/model"
+	"github.com/seamless-lb/seamless/internal/testenv"
 )
 
 const wait = 10 * time.Second
@@ -62,40 +61,18 @@ func writeAtomic(t *testing.T, path, data string) {
 	}
 }
 
-// records is a slog handler that keeps the messages logged.
-type records struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (r *records) Enabled(context.Context, slog.Level) bool { return true }
-func (r *records) WithAttrs([]slog.Attr) slog.Handler       { return r }
-func (r *records) WithGroup(string) slog.Handler            { return r }
-func (r *records) Handle(_ context.Context, rec slog.Record) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.msgs = append(r.msgs, rec.Message)
-	return nil
-}
-
-func (r *records) count(msg string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(slices.DeleteFunc(slices.Clone(r.msgs), func(m string) bool { return m != msg }))
-}
-
 // running is a Source in Run.
 type running struct {
 	*Source
 	out  chan model.Snapshot
-	logs *records
+	logs *testenv.Records
 	stop context.CancelFunc
 	done chan struct{}
 }
 
 func start(t *testing.T, dir string, rescan time.Duration) *running {
 	t.Helper()
-	logs := &records{}
+	logs := &testenv.Records{}
 	s, err := New(Config{Dir: dir, Rescan: rescan}, slog.New(logs))
 	if err != nil {
 		t.Fatal(err)
