@@ -302,7 +302,7 @@ func TestAReloadHAProxyRefusesRollsTheFileBack(t *testing.T) {
 	if err := r.a.Start(startCtx(t, r)); err != nil {
 		t.Fatal(err)
 	}
-	r.reloadOK = false
+	r.setReloadOK(false)
 	r.run(t)
 	src.send("web=10.0.0.2")
 	testenv.Eventually(t, 5*time.Second, "the failure is counted", func() bool {

@@ -65,6 +65,12 @@ func (h *haproxyServers) setFail(err error) {
 	h.fail = err
 }
 
+func (h *haproxyServers) setFailAfter(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failAfter = err
+}
+
 func (h *haproxyServers) Apply(_ context.Context, cmds []string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -190,16 +196,12 @@ func TestASlotStateAFailedChangeLeftIsNotCarriedOver(t *testing.T) {
 		}
 	}
 
-	h.mu.Lock()
-	h.failAfter = errors.New("read unix master.sock: connection reset by peer")
-	h.mu.Unlock()
+	h.setFailAfter(errors.New("read unix master.sock: connection reset by peer"))
 	r.setReloadOK(false)
 	src.ch <- webInstances("w1")
 	testenv.Eventually(t, 5*time.Second, "the failed change's reload", func() bool { return r.reloadCount() == 1 })
 
-	h.mu.Lock()
-	h.failAfter = nil
-	h.mu.Unlock()
+	h.setFailAfter(nil)
 	r.setReloadOK(true)
 	src.ch <- webInstances("w1", "w2")
 	testenv.Eventually(t, 5*time.Second, "the reload that catches up", func() bool { return r.reloadCount() == 2 })
