@@ -51,7 +51,7 @@ func newRawSources(cfg *config.Config, serving <-chan struct{}, log *slog.Logger
 		case config.SourceConsul:
 			s, err := consul.New(consul.Config{
 				TagFilter: cfg.ConsulTag, Datacenter: cfg.ConsulDatacenter, Stale: cfg.ConsulStale,
-				Watches: cfg.ConsulWatches, MaxStale: cfg.ConsulMaxStale, Agents: cfg.ConsulAgents(),
+				Watches: cfg.ConsulWatches, MaxStale: cfg.ConsulMaxStale, Agents: cfg.ConsulAgents(), WaitTime: cfg.ConsulQueryWait,
 				Wanted: consulWanted(cfg), Serving: serving,
 			}, log)
 			if err != nil {

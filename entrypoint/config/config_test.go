@@ -20,6 +20,9 @@ func TestDefaults(t *testing.T) {
 	if c.ConsulWatches != 128 {
 		t.Errorf("SEAMLESS_CONSUL_WATCHES defaults to %d, want 128: room under a Consul agent's default of 200 connections per client", c.ConsulWatches)
 	}
+	if c.ConsulQueryWait != 5*time.Minute {
+		t.Errorf("SEAMLESS_CONSUL_QUERY_WAIT defaults to %s, want Consul's own 5m", c.ConsulQueryWait)
+	}
 	if c.StopGrace >= 10*time.Second {
 		t.Error("the default drain must end before Docker's 10s stop timeout")
 	}
@@ -36,6 +39,9 @@ func TestBadValuesNameTheVariable(t *testing.T) {
 		{"SEAMLESS_LOG_LEVEL", "loud", "SEAMLESS_LOG_LEVEL"},
 		{"SEAMLESS_RELOAD_TIMEOUT", "0s", "SEAMLESS_RELOAD_TIMEOUT"},
 		{"SEAMLESS_CONSUL_WATCHES", "2", "SEAMLESS_CONSUL_WATCHES"},
+		// Consul caps a blocking query's wait at 10m without a word.
+		{"SEAMLESS_CONSUL_QUERY_WAIT", "11m", "SEAMLESS_CONSUL_QUERY_WAIT"},
+		{"SEAMLESS_CONSUL_QUERY_WAIT", "0s", "SEAMLESS_CONSUL_QUERY_WAIT"},
 		// ACME serves the built-in template's discovered hosts only.
 		{"SEAMLESS_ACME_EMAIL", "ops@example.com", "SEAMLESS_ACME_EMAIL"},
 		{"SEAMLESS_ACME_CA_BUNDLE", "roots.pem", "SEAMLESS_ACME_CA_BUNDLE"},

@@ -168,7 +168,7 @@ func TestFleetUnderChaos(top *testing.T) {
 		k.addBackend("web", k.agents[0])
 		retired := k.retire("api")
 		// A blocking query in flight when the agent was cut may wait out
-		// its minute, but the source's probe asks the agent for its
+		// its wait (5 minutes), but the source's probe asks the agent for its
 		// leader every 5 s: the source is down, and /readyz degraded,
 		// within seconds of the cut whatever the queries do.
 		testenv.Eventually(t, degradedBound, "replica3's Consul source down, /readyz degraded", func() bool {

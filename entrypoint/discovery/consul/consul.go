@@ -21,10 +21,14 @@ import (
 const Name = "consul"
 
 const (
-	// DefaultWaitTime is how long a blocking query waits for a change.
-	// It is also how long a frozen Consul goes unnoticed (plus the
-	// margin), so it is kept short: one cheap request a minute.
-	DefaultWaitTime = time.Minute
+	// DefaultWaitTime is how long a blocking query waits for a change:
+	// Consul's own default. Every watched service's query is answered
+	// and sent again once per wait while nothing changes, which at a
+	// minute (consul-template's) was most of the requests an agent
+	// served seamless at 100 services × 10 instances, one change every
+	// 1.5 s. The probe, not the wait, notices a frozen or cut-off agent
+	// within seconds.
+	DefaultWaitTime = 5 * time.Minute
 	// DefaultMargin is how much longer than its wait a request may take.
 	DefaultMargin = 15 * time.Second
 	// maxWaitTime is Consul's own limit: it caps longer waits silently.

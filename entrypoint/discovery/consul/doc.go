@@ -132,11 +132,14 @@
 //
 // # Staleness
 //
-// A blocking query waits at most Config.WaitTime (1 minute), plus Consul's
-// jitter of up to 1/16; every request's deadline adds Config.Margin (15 s).
-// A query that has not answered within that makes the source stale:
-// Status says which query and since when, a warning is logged, and the
-// last good answer keeps serving. An answer is stale too when the server
+// A blocking query waits at most Config.WaitTime (5 minutes, Consul's
+// default), plus Consul's jitter of up to 1/16; every request's deadline
+// adds Config.Margin (15 s). A query that has not answered within that
+// makes the source stale: Status says which query and since when, a
+// warning is logged, and the last good answer keeps serving. A frozen or
+// cut-off agent is noticed sooner, by the probe (above); the wait only
+// sets what an idle catalog costs: each watched query answered once per
+// wait. An answer is stale too when the server
 // that gave it last heard from its leader longer than Config.MaxStale ago
 // (X-Consul-LastContact) or knows no leader (X-Consul-KnownLeader): the
 // client's transport turns it into an error, so every kind of query keeps

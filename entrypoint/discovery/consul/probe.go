@@ -216,7 +216,7 @@ func (p *agentProbe) observe(ctx context.Context, err error) {
 	case errors.As(err, &ns):
 		p.off, p.down = true, ""
 		p.log.Info("the Consul agent does not serve /v1/status/leader (a proxy in front of it?): backed-off queries wait out their backoff, "+
-			"and a cut-off agent is noticed by the queries alone", "err", err)
+			"and a frozen or cut-off agent is noticed by the queries alone, once their wait (SEAMLESS_CONSUL_QUERY_WAIT) and a margin have passed", "err", err)
 	case err != nil:
 		if p.down == "" {
 			p.downSince = time.Now()

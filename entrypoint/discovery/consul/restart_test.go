@@ -3,6 +3,8 @@ package consul
 import (
 	"fmt"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -183,4 +185,67 @@ func TestASilentConsulIsStaleAfterItsWaitAndMargin(t *testing.T) {
 	if s, _ := r.last(); len(instances(s, "s")) != 1 {
 		t.Error("the last good data is gone")
 	}
+}
+
+// Unless told otherwise, every blocking query waits Consul's default of
+// 5 minutes: at rest, a watched service costs the agent one answer per
+// wait, and at a minute those answers were most of what an agent served
+// seamless (100 services, one change every 1.5 s). The longer wait hides
+// no outage: a frozen agent is reported stale by the probe within
+// seconds, the query in flight notwithstanding.
+func TestBlockingQueriesWaitConsulsDefault(t *testing.T) {
+	agent := testenv.Consul(t)
+	register(t, agent.Client(), "n1", "10.0.0.1", &api.AgentService{ID: "web-1", Service: "web", Port: 80})
+	consul, err := url.Parse("http://" + agent.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(consul)
+	var mu sync.Mutex
+	waits := map[string][]string{} // path → the waits of its blocking queries
+	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		if q := r.URL.Query(); q.Has("index") {
+			mu.Lock()
+			waits[r.URL.Path] = append(waits[r.URL.Path], q.Get("wait"))
+			mu.Unlock()
+		}
+		proxy.ServeHTTP(w, r)
+	})
+	r := startSource(t, addr, Config{}, model.LocalCatalog)
+	r.waitFor("web-1", func(s model.Snapshot) bool { return len(instances(s, "web")) == 1 })
+	r.steady(watching(2)) // web and consul
+
+	mu.Lock()
+	for _, path := range []string{"/v1/catalog/services", "/v1/catalog/nodes", "/v1/health/service/web", "/v1/health/service/consul"} {
+		if len(waits[path]) == 0 {
+			t.Errorf("no blocking query on %s; blocking queries: %v", path, waits)
+		}
+	}
+	for path, ws := range waits {
+		for _, w := range ws {
+			if d, err := time.ParseDuration(w); err != nil || d != 5*time.Minute {
+				t.Errorf("a blocking query on %s waits %q, want Consul's default of 5m", path, w)
+			}
+		}
+	}
+	mu.Unlock()
+
+	agent.Signal(syscall.SIGSTOP)
+	frozen := time.Now()
+	resumed := false
+	t.Cleanup(func() {
+		if !resumed {
+			agent.Signal(syscall.SIGCONT)
+		}
+	})
+	testenv.Eventually(t, 2*(probeEvery+probeTimeout), "stale reported while the queries wait", func() bool {
+		return r.src.Status().Stale
+	})
+	t.Logf("stale %s after the freeze: %s", time.Since(frozen).Round(100*time.Millisecond), r.src.Status().StaleReason)
+	if s, _ := r.last(); len(instances(s, "web")) != 1 {
+		t.Error("the last good data is gone")
+	}
+	agent.Signal(syscall.SIGCONT)
+	resumed = true
+	testenv.Eventually(t, promptly, "fresh again after SIGCONT", func() bool { return !r.src.Status().Stale })
 }
