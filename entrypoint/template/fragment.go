@@ -16,11 +16,18 @@ import (
 // the item, its index and the `service` answers it reads is cut out of the
 // template at Parse (a fragment), and each item's output is kept from one
 // render to the next with what it read. A render executes the body again
-// for an item only when the item or one of those answers changed.
+// for an item only when the item or one of those answers changed, and a
+// range without an else is one call that puts the items' outputs
+// together, so that a kept item costs a lookup, not a step of
+// text/template's walk.
 
-// fragmentFunc replaces a fragment's body in the template. Parse never
-// sees it, so a template cannot call it.
-const fragmentFunc = "seamlessFragment"
+// fragmentFunc replaces a fragment's body in the template, and
+// fragmentsFunc a whole range over one (wholeRange). Parse never sees
+// them, so a template cannot call them.
+const (
+	fragmentFunc  = "seamlessFragment"
+	fragmentsFunc = "seamlessFragments"
+)
 
 // fragment is a cut-out body, executed as a template of its own: the body
 // under a range with the same variables over a one-entry map, so that
@@ -28,9 +35,10 @@ const fragmentFunc = "seamlessFragment"
 // tree and positions, and the template its original name, so an error
 // reads as it would have without the cut.
 type fragment struct {
-	id    string
-	tree  *parse.Tree
-	funcs []string // the functions the body calls (text/template's builtins need none)
+	id        string
+	tree      *parse.Tree
+	funcs     []string // the functions the body calls (text/template's builtins need none)
+	readIndex bool     // the body reads the range's index
 }
 
 // fragmentFuncs are those a fragment may call: functions of their
@@ -114,7 +122,7 @@ func (t *Template) cutIn(tree *parse.Tree, l *parse.ListNode) {
 	if l == nil {
 		return
 	}
-	for _, n := range l.Nodes {
+	for i, n := range l.Nodes {
 		switch n := n.(type) {
 		case *parse.IfNode:
 			t.cutIn(tree, n.List)
@@ -124,7 +132,10 @@ func (t *Template) cutIn(tree *parse.Tree, l *parse.ListNode) {
 			t.cutIn(tree, n.ElseList)
 		case *parse.RangeNode:
 			if c, ok := cuttable(n); ok {
-				t.cut(tree, n, c)
+				id := t.cut(tree, n, c)
+				if n.ElseList == nil {
+					l.Nodes[i] = wholeRange(tree, n, id)
+				}
 			} else {
 				t.cutIn(tree, n.List)
 			}
@@ -262,7 +273,7 @@ func (c *bodyCheck) variable(name string) {
 // cut makes rn's body a fragment and puts a call of it in its place:
 // {{seamlessFragment "id" . [$index]}}, the index only when the body
 // reads it (otherwise a service added first would change every item's).
-func (t *Template) cut(tree *parse.Tree, rn *parse.RangeNode, c *bodyCheck) {
+func (t *Template) cut(tree *parse.Tree, rn *parse.RangeNode, c *bodyCheck) string {
 	id := strconv.Itoa(len(t.frags))
 	pos := rn.Pipe.Pos
 	ft := new(parse.Tree)
@@ -294,7 +305,51 @@ func (t *Template) cut(tree *parse.Tree, rn *parse.RangeNode, c *bodyCheck) {
 	if t.frags == nil {
 		t.frags = map[string]*fragment{}
 	}
-	t.frags[id] = &fragment{id: id, tree: ft, funcs: slices.Sorted(maps.Keys(c.funcs))}
+	t.frags[id] = &fragment{id: id, tree: ft, funcs: slices.Sorted(maps.Keys(c.funcs)), readIndex: c.readIndex}
+	return id
+}
+
+// wholeRange is what replaces rn, whose body is fragment id, when it has
+// no else: {{seamlessFragments "id" (services ...)}}, one call that
+// renders every item in turn. text/template's own walk of the range made
+// a reflected call per item, 80 % of a render of one change at 1,000
+// services, where all but one item's output was kept.
+func wholeRange(tree *parse.Tree, rn *parse.RangeNode, id string) parse.Node {
+	pos := rn.Pipe.Pos
+	list := &parse.PipeNode{NodeType: parse.NodePipe, Pos: pos, Line: rn.Line, Cmds: rn.Pipe.Cmds}
+	return &parse.ActionNode{NodeType: parse.NodeAction, Pos: pos, Line: rn.Line, Pipe: &parse.PipeNode{
+		NodeType: parse.NodePipe, Pos: pos, Line: rn.Line,
+		Cmds: []*parse.CommandNode{{NodeType: parse.NodeCommand, Pos: pos, Args: []parse.Node{
+			parse.NewIdentifier(fragmentsFunc).SetTree(tree).SetPos(pos),
+			&parse.StringNode{NodeType: parse.NodeString, Pos: pos, Quoted: strconv.Quote(id), Text: id},
+			list,
+		}}},
+	}}
+}
+
+// fragments renders fragment id for every item, in order, as the range it
+// replaces would.
+func (r *render) fragments(id string, items []*CatalogSnippet) (string, error) {
+	outs := make([]string, len(items))
+	n, readIndex := 0, r.t.frags[id].readIndex
+	for i, item := range items {
+		var err error
+		if readIndex {
+			outs[i], err = r.fragment(id, item, i)
+		} else {
+			outs[i], err = r.fragment(id, item)
+		}
+		if err != nil {
+			return "", err
+		}
+		n += len(outs[i])
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, o := range outs {
+		b.WriteString(o)
+	}
+	return b.String(), nil
 }
 
 // fragment renders item's output of fragment id: the output the previous

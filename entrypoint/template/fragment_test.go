@@ -40,7 +40,8 @@ dc2: {{ range services "@dc2" }}{{ .Name }}:{{ range service (printf "%s@dc2" .N
 {{ end }}{{ range $i, $s := services }}{{ $x := $s.Name }}{{ $x }}={{ len (service $x) }} {{ end }}{{ $x }}`,
 	"tags alone": `{{ range $s := services }}{{ $s.Name }} {{ .Tags }}
 {{ end }}`,
-	"missing key": `{{ range services }}{{ range service .Name }}{{ .ServiceMeta.weight }} {{ end }}{{ end }}`,
+	"index without else": `{{ range $i, $s := services }}{{ $i }}:{{ $s.Name }}={{ len (service $s.Name) }} {{ end }}`,
+	"missing key":        `{{ range services }}{{ range service .Name }}{{ .ServiceMeta.weight }} {{ end }}{{ end }}`,
 }
 
 // The fragments of a cut template, kept from render to render, render what

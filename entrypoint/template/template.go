@@ -244,6 +244,9 @@ func (t *Template) clone(at func() *render) (*template.Template, template.FuncMa
 	funcs[fragmentFunc] = func(id string, item *CatalogSnippet, index ...int) (string, error) {
 		return at().fragment(id, item, index...)
 	}
+	funcs[fragmentsFunc] = func(id string, items []*CatalogSnippet) (string, error) {
+		return at().fragments(id, items)
+	}
 	return tmpl.Funcs(funcs), funcs, nil
 }
 
