@@ -27,9 +27,10 @@ var routed = routes.Routed
 // pathRecorder is a reverse proxy in front of a Consul that counts the
 // requests by path. notFound answers 404 to paths with that prefix.
 type pathRecorder struct {
-	url string
-	mu  sync.Mutex
-	at  map[string][]time.Time // by path, when each request to it came
+	url   string
+	mu    sync.Mutex
+	at    map[string][]time.Time // by path, when each request to it came
+	waits map[string][]string    // by path, the wait of each blocking query (one with an index)
 }
 
 func recordPaths(t *testing.T, addr, notFound string) *pathRecorder {
@@ -39,10 +40,13 @@ func recordPaths(t *testing.T, addr, notFound string) *pathRecorder {
 		t.Fatal(err)
 	}
 	rp := httputil.NewSingleHostReverseProxy(u)
-	p := &pathRecorder{at: map[string][]time.Time{}}
+	p := &pathRecorder{at: map[string][]time.Time{}, waits: map[string][]string{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.mu.Lock()
 		p.at[r.URL.Path] = append(p.at[r.URL.Path], time.Now())
+		if q := r.URL.Query(); q.Has("index") {
+			p.waits[r.URL.Path] = append(p.waits[r.URL.Path], q.Get("wait"))
+		}
 		p.mu.Unlock()
 		if notFound != "" && strings.HasPrefix(r.URL.Path, notFound) {
 			http.NotFound(w, r)

@@ -3,8 +3,6 @@ package consul
 import (
 	"fmt"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -196,39 +194,25 @@ func TestASilentConsulIsStaleAfterItsWaitAndMargin(t *testing.T) {
 func TestBlockingQueriesWaitConsulsDefault(t *testing.T) {
 	agent := testenv.Consul(t)
 	register(t, agent.Client(), "n1", "10.0.0.1", &api.AgentService{ID: "web-1", Service: "web", Port: 80})
-	consul, err := url.Parse("http://" + agent.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := httputil.NewSingleHostReverseProxy(consul)
-	var mu sync.Mutex
-	waits := map[string][]string{} // path → the waits of its blocking queries
-	addr := stub(t, func(w http.ResponseWriter, r *http.Request) {
-		if q := r.URL.Query(); q.Has("index") {
-			mu.Lock()
-			waits[r.URL.Path] = append(waits[r.URL.Path], q.Get("wait"))
-			mu.Unlock()
-		}
-		proxy.ServeHTTP(w, r)
-	})
-	r := startSource(t, addr, Config{}, model.LocalCatalog)
+	proxy := recordPaths(t, agent.Addr(), "")
+	r := startSource(t, proxy.url, Config{}, model.LocalCatalog)
 	r.waitFor("web-1", func(s model.Snapshot) bool { return len(instances(s, "web")) == 1 })
 	r.steady(watching(2)) // web and consul
 
-	mu.Lock()
+	proxy.mu.Lock()
 	for _, path := range []string{"/v1/catalog/services", "/v1/catalog/nodes", "/v1/health/service/web", "/v1/health/service/consul"} {
-		if len(waits[path]) == 0 {
-			t.Errorf("no blocking query on %s; blocking queries: %v", path, waits)
+		if len(proxy.waits[path]) == 0 {
+			t.Errorf("no blocking query on %s; blocking queries: %v", path, proxy.waits)
 		}
 	}
-	for path, ws := range waits {
+	for path, ws := range proxy.waits {
 		for _, w := range ws {
 			if d, err := time.ParseDuration(w); err != nil || d != 5*time.Minute {
 				t.Errorf("a blocking query on %s waits %q, want Consul's default of 5m", path, w)
 			}
 		}
 	}
-	mu.Unlock()
+	proxy.mu.Unlock()
 
 	agent.Signal(syscall.SIGSTOP)
 	frozen := time.Now()
