@@ -226,6 +226,18 @@ func (a *ConsulAgent) Signal(sig syscall.Signal) {
 	}
 }
 
+// Freeze stops the agent with SIGSTOP (it accepts connections and
+// answers nothing) and returns thaw, which wakes it; a test that ends
+// frozen is thawed at its cleanup.
+func (a *ConsulAgent) Freeze() (thaw func()) {
+	a.t.Helper()
+	a.Signal(syscall.SIGSTOP)
+	var once sync.Once
+	thaw = func() { once.Do(func() { a.Signal(syscall.SIGCONT) }) }
+	a.t.Cleanup(thaw)
+	return thaw
+}
+
 // kill ends the agent at once, if it runs.
 func (a *ConsulAgent) kill() {
 	a.mu.Lock()

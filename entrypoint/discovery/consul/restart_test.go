@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -131,14 +130,8 @@ func TestFrozenConsulIsReportedStale(t *testing.T) {
 	}
 	_, sent := r.last()
 
-	agent.Signal(syscall.SIGSTOP)
+	thaw := agent.Freeze()
 	frozen := time.Now()
-	resumed := false
-	t.Cleanup(func() {
-		if !resumed {
-			agent.Signal(syscall.SIGCONT)
-		}
-	})
 	testenv.Eventually(t, promptly, "stale reported", func() bool { return r.src.Status().Stale })
 	t.Logf("stale %s after the freeze", time.Since(frozen).Round(time.Millisecond))
 	st := r.src.Status()
@@ -151,8 +144,7 @@ func TestFrozenConsulIsReportedStale(t *testing.T) {
 			n, sent, len(instances(s, "web")))
 	}
 
-	agent.Signal(syscall.SIGCONT)
-	resumed = true
+	thaw()
 	testenv.Eventually(t, promptly, "fresh and up after SIGCONT", func() bool {
 		st := r.src.Status()
 		return st.Up && !st.Stale
@@ -214,14 +206,8 @@ func TestBlockingQueriesWaitConsulsDefault(t *testing.T) {
 	}
 	proxy.mu.Unlock()
 
-	agent.Signal(syscall.SIGSTOP)
+	thaw := agent.Freeze()
 	frozen := time.Now()
-	resumed := false
-	t.Cleanup(func() {
-		if !resumed {
-			agent.Signal(syscall.SIGCONT)
-		}
-	})
 	testenv.Eventually(t, 2*(probeEvery+probeTimeout), "stale reported while the queries wait", func() bool {
 		return r.src.Status().Stale
 	})
@@ -229,7 +215,6 @@ func TestBlockingQueriesWaitConsulsDefault(t *testing.T) {
 	if s, _ := r.last(); len(instances(s, "web")) != 1 {
 		t.Error("the last good data is gone")
 	}
-	agent.Signal(syscall.SIGCONT)
-	resumed = true
+	thaw()
 	testenv.Eventually(t, promptly, "fresh again after SIGCONT", func() bool { return !r.src.Status().Stale })
 }
