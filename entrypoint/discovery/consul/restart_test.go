@@ -191,12 +191,14 @@ func TestBlockingQueriesWaitConsulsDefault(t *testing.T) {
 	r.waitFor("web-1", func(s model.Snapshot) bool { return len(instances(s, "web")) == 1 })
 	r.steady(watching(2)) // web and consul
 
+	// A query counts as in flight before its request reaches the proxy.
+	paths := []string{"/v1/catalog/services", "/v1/catalog/nodes", "/v1/health/service/web", "/v1/health/service/consul"}
+	testenv.Eventually(t, promptly, "a blocking query on each of "+strings.Join(paths, ", "), func() bool {
+		proxy.mu.Lock()
+		defer proxy.mu.Unlock()
+		return !slices.ContainsFunc(paths, func(p string) bool { return len(proxy.waits[p]) == 0 })
+	})
 	proxy.mu.Lock()
-	for _, path := range []string{"/v1/catalog/services", "/v1/catalog/nodes", "/v1/health/service/web", "/v1/health/service/consul"} {
-		if len(proxy.waits[path]) == 0 {
-			t.Errorf("no blocking query on %s; blocking queries: %v", path, proxy.waits)
-		}
-	}
 	for path, ws := range proxy.waits {
 		for _, w := range ws {
 			if d, err := time.ParseDuration(w); err != nil || d != 5*time.Minute {
