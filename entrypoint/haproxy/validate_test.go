@@ -2,6 +2,8 @@ package haproxy
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -53,15 +55,25 @@ func TestTheDigestStreamsTheFiles(t *testing.T) {
 	if _, err := digest(paths); err != nil { // warm
 		t.Fatal(err)
 	}
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	sum, err := digest(paths)
-	runtime.ReadMemStats(&after)
-	if err != nil {
-		t.Fatal(err)
+	// The least of a few tries: the count is the whole process's, parallel
+	// tests allocate too, and two collections between tries empty the pool.
+	var sum [sha256.Size]byte
+	least := uint64(math.MaxUint64)
+	for range 5 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		s, err := digest(paths)
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum, least = s, min(least, after.TotalAlloc-before.TotalAlloc)
+		if least <= 16<<10 {
+			break
+		}
 	}
-	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 16<<10 {
-		t.Errorf("hashing %d KiB of files allocated %d KiB; want under 16", (len(big)+len(small))>>10, alloc>>10)
+	if least > 16<<10 {
+		t.Errorf("hashing %d KiB of files allocated at least %d KiB in each of 5 tries; want under 16", (len(big)+len(small))>>10, least>>10)
 	}
 	if want := sumContents([][]byte{small, big}); sum != want {
 		t.Error("the digest of the files differs from that of their contents")
