@@ -15,29 +15,43 @@ import (
 
 // view is a catalog as the catalog functions read it: without what a
 // template must not see (see cleanRun), as the runs of instances the
-// catalog holds (one per service in a sorted catalog).
+// catalog holds (one per service in a sorted catalog). A view is never
+// written once made; the next render's view of the same query shares
+// what did not change (newView).
 type view struct {
-	dc     string // the catalog's datacenter, else the one asked for
-	nodes  []model.Node
-	runs   []*run            // in the catalog's order
-	byName map[string][]*run // runs left with an instance; a catalog not sorted by service may hold a name in several
-	names  []string          // byName's keys, sorted
+	dc      string // the catalog's datacenter, else the one asked for
+	from    []model.Node
+	nodes   []model.Node       // from, cleaned
+	nodeOut []string           // what cleaning left out of from
+	runs    []*run             // in the catalog's order
+	keys    []runKey           // runs' lists
+	byName  map[string][]int32 // indices in runs of those left with an instance; a catalog not sorted by service may hold a name in several
+	names   []string           // byName's keys, sorted
+	skipped []string           // what cleaning left out, reported at every render
 }
 
 // run is one list of a catalog's instances as the template functions read
 // it, converted when first asked. Successive catalogs share the lists of
-// the services that did not change, so a Template keeps each list's run
-// from one render to the next (runCache): a change converts what changed.
+// the services that did not change, so a view takes the previous view's
+// run of each such list: a change converts what changed.
 // A template is handed copies of a run's HealthServices (HealthService.copy)
 // and shares its tag unions: nothing a template calls writes the elements
 // of a slice, only a deep merge writes into maps and structs.
 type run struct {
 	clean   []model.Instance // the list less what the template must not see; the list itself when clean
-	skipped []string         // what cleaning left out, reported at every render
+	skipped []string         // what cleaning left out
 	tags    ServiceTags      // sorted union of clean's tags, once tagsDone
 	health  []*HealthService // clean's, sorted by node then ID, once healthDone
 
 	tagsDone, healthDone bool
+}
+
+// name is the service's name, or "" when cleaning left no instance.
+func (rn *run) name() string {
+	if len(rn.clean) == 0 {
+		return ""
+	}
+	return rn.clean[0].Name
 }
 
 // runKey names a list (catalogs are never written, and the key keeps the
@@ -50,10 +64,11 @@ type runKey struct {
 }
 
 // converted is what a render made of its inputs that the next one may
-// reuse: runs and specs are functions of their keys alone, frags are
-// checked against what they read.
+// reuse: views and specs are functions of their keys alone (a view is
+// checked against the catalog it is reused for), frags are checked
+// against what they read.
 type converted struct {
-	runs  map[runKey]*run
+	views map[model.Query]*view
 	specs map[string]serviceQuery // `service` arguments, parsed
 	frags map[fragmentKey]*fragmentOut
 }
@@ -68,6 +83,11 @@ type runCache struct {
 // catalog returns the catalog of dc ("" = the merged local one), or false
 // when the state has no answer yet.
 func (r *render) catalog(dc string) (*view, bool) {
+	// A fragment's kept output checks its `service` calls against the
+	// view at every item: the last view asked for spares the lookups.
+	if r.lastView != nil && r.lastDC == dc {
+		return r.lastView, true
+	}
 	q := model.LocalCatalog
 	if dc != "" {
 		q = model.Query{Kind: model.QueryCatalog, Datacenter: dc}
@@ -76,36 +96,106 @@ func (r *render) catalog(dc string) (*view, bool) {
 	if !ok {
 		return nil, false
 	}
-	if v, ok := r.views[q]; ok {
-		return v, true
+	v, ok := r.used.views[q]
+	if !ok {
+		c := res.Catalog
+		if c == nil {
+			c = &model.Catalog{}
+		}
+		v = r.newView(c, cmp.Or(c.Datacenter, dc), r.cached.views[q])
+		r.skipped = append(r.skipped, v.skipped...)
+		if r.used.views == nil {
+			r.used.views = map[model.Query]*view{}
+		}
+		r.used.views[q] = v
 	}
-	c := res.Catalog
-	if c == nil {
-		c = &model.Catalog{}
-	}
-	v := r.newView(c, cmp.Or(c.Datacenter, dc))
-	if r.views == nil {
-		r.views = map[model.Query]*view{}
-	}
-	r.views[q] = v
+	r.lastView, r.lastDC = v, dc
 	return v, true
 }
 
-// newView makes c's view. A node whose name or address fails
-// model.CheckName or model.CheckAddress is left out whole, and so are its
-// instances (without its identity an instance means nothing); a control
-// character in any other field of a node leaves out only that field, as
-// cleanRun does for instances.
-func (r *render) newView(c *model.Catalog, dc string) *view {
-	v := &view{dc: dc, byName: map[string][]*run{}}
-	reported := map[string]bool{}
-	report := func(s string) {
-		if !reported[s] {
-			reported[s] = true
-			r.skipped = append(r.skipped, s)
-		}
+// newView makes c's view, sharing with prev, the previous render's view of
+// the same query, what did not change: the runs of the lists c shares
+// with it, its nodes when c's are the same, and its index of names when
+// every service is where it was. A change to one service costs a walk of
+// the lists and the conversion of that service. A node whose name or
+// address fails model.CheckName or model.CheckAddress is left out whole,
+// and so are its instances (without its identity an instance means
+// nothing); a control character in any other field of a node leaves out
+// only that field, as cleanRun does for instances.
+func (r *render) newView(c *model.Catalog, dc string, prev *view) *view {
+	if prev == nil || prev.dc != dc {
+		prev = &view{}
 	}
-	for _, n := range c.Nodes {
+	v := &view{dc: dc, from: c.Nodes}
+	sameNodes := sameList(prev.from, c.Nodes)
+	if sameNodes {
+		v.nodes, v.nodeOut = prev.nodes, prev.nodeOut
+	} else {
+		v.nodes, v.nodeOut = cleanNodes(c.Nodes, r.t.opts.RawMeta)
+	}
+	v.runs = make([]*run, 0, len(prev.runs))
+	v.keys = make([]runKey, 0, len(prev.runs))
+	var byKey map[runKey]*run // prev's runs, made at the first list that moved
+	samePlaces, freshReports := true, false
+	for list := range c.Services() {
+		k := runKey{first: &list[0], n: len(list), dc: dc}
+		i := len(v.runs)
+		if i < len(prev.keys) && prev.keys[i] == k {
+			v.runs, v.keys = append(v.runs, prev.runs[i]), append(v.keys, k)
+			continue
+		}
+		// A service whose list changed in place has no run to take; one
+		// that moved may (services came or went before it).
+		var rn *run
+		if i >= len(prev.keys) || prev.keys[i].first.Name != list[0].Name {
+			if byKey == nil {
+				byKey = make(map[runKey]*run, len(prev.runs))
+				for j, p := range prev.runs {
+					byKey[prev.keys[j]] = p
+				}
+			}
+			rn = byKey[k]
+		}
+		if rn == nil {
+			rn = cleanRun(list, r.t.opts.RawMeta)
+			freshReports = freshReports || len(rn.skipped) > 0
+		}
+		samePlaces = samePlaces && i < len(prev.runs) && prev.runs[i].name() == rn.name()
+		v.runs, v.keys = append(v.runs, rn), append(v.keys, k)
+	}
+	if samePlaces && len(v.runs) == len(prev.runs) && prev.byName != nil {
+		v.byName, v.names = prev.byName, prev.names
+	} else {
+		v.byName = map[string][]int32{}
+		for i, rn := range v.runs {
+			if name := rn.name(); name != "" {
+				if v.byName[name] == nil {
+					v.names = append(v.names, name)
+				}
+				v.byName[name] = append(v.byName[name], int32(i))
+			}
+		}
+		slices.Sort(v.names)
+	}
+	// A clean catalog stays clean unless a list converted now is not.
+	if prev.byName == nil || !sameNodes || len(prev.skipped) > 0 || freshReports {
+		v.skipped = v.reports()
+	}
+	return v
+}
+
+// sameList reports whether a and b are the same slice of the same array.
+func sameList[T any](a, b []T) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// cleanNodes returns nodes less what a template must not see, and what
+// it left out.
+func cleanNodes(nodes []model.Node, rawMeta bool) ([]model.Node, []string) {
+	out := make([]model.Node, 0, len(nodes))
+	var reports []string
+	report := func(s string) { reports = append(reports, s) }
+	for _, n := range nodes {
 		err := model.CheckName("node name", n.Name)
 		if err == nil && n.Address != "" {
 			err = model.CheckAddress(n.Address)
@@ -116,43 +206,48 @@ func (r *render) newView(c *model.Catalog, dc string) *view {
 		}
 		what := func() string { return fmt.Sprintf("node %q", n.Name) }
 		n.ID = cleanField(what, "ID", n.ID, report)
-		n.Meta = cleanMap(what, "meta", n.Meta, r.t.opts.RawMeta, report)
+		n.Meta = cleanMap(what, "meta", n.Meta, rawMeta, report)
 		n.TaggedAddresses = cleanMap(what, "tagged address", n.TaggedAddresses, false, report)
-		v.nodes = append(v.nodes, n)
+		out = append(out, n)
 	}
-	for list := range c.Services() {
-		rn := r.run(list, dc)
-		for _, s := range rn.skipped {
-			report(s)
-		}
-		v.runs = append(v.runs, rn)
-		if len(rn.clean) > 0 {
-			name := rn.clean[0].Name
-			if v.byName[name] == nil {
-				v.names = append(v.names, name)
-			}
-			v.byName[name] = append(v.byName[name], rn)
-		}
-	}
-	slices.Sort(v.names)
-	return v
+	return out, reports
 }
 
-// run returns list's run: this render's, the cache's, or a new one.
-func (r *render) run(list []model.Instance, dc string) *run {
-	k := runKey{first: &list[0], n: len(list), dc: dc}
-	if rn, ok := r.used.runs[k]; ok {
-		return rn
+// reports is what cleaning left out of the view's nodes and runs, each
+// once.
+func (v *view) reports() []string {
+	var out []string
+	var seen map[string]bool
+	add := func(ss []string) {
+		for _, s := range ss {
+			if seen == nil {
+				seen = map[string]bool{}
+			}
+			if !seen[s] {
+				seen[s] = true
+				out = append(out, s)
+			}
+		}
 	}
-	rn, ok := r.cached.runs[k]
-	if !ok {
-		rn = cleanRun(list, r.t.opts.RawMeta)
+	add(v.nodeOut)
+	for _, rn := range v.runs {
+		add(rn.skipped)
 	}
-	if r.used.runs == nil {
-		r.used.runs = make(map[runKey]*run, len(r.cached.runs))
+	return out
+}
+
+// sameRuns reports whether service name is runs in v.
+func (v *view) sameRuns(name string, runs []*run) bool {
+	idx := v.byName[name]
+	if len(idx) != len(runs) {
+		return false
 	}
-	r.used.runs[k] = rn
-	return rn
+	for j, i := range idx {
+		if v.runs[i] != runs[j] {
+			return false
+		}
+	}
+	return true
 }
 
 // cleanRun keeps out of the template what a template printing values
@@ -333,9 +428,13 @@ func (r *render) service(args ...string) ([]*HealthService, error) {
 	if !ok {
 		return out, nil
 	}
-	runs := v.byName[q.name]
+	idx := v.byName[q.name]
+	runs := make([]*run, len(idx))
+	for j, i := range idx {
+		runs[j] = v.runs[i]
+	}
 	if r.rec != nil {
-		r.rec.deps = append(r.rec.deps, serviceDep{spec: spec, runs: runs})
+		r.rec.deps = append(r.rec.deps, serviceDep{q: q, runs: runs})
 	}
 	for _, rn := range runs {
 		for _, hs := range rn.healthServices(v.dc) {
@@ -476,18 +575,23 @@ func (r *render) services(args ...string) ([]*CatalogSnippet, error) {
 	if !ok {
 		return out, nil
 	}
-	for _, name := range v.names {
-		runs := v.byName[name]
-		tags := runs[0].tagUnion()
-		if len(runs) > 1 {
+	// Made anew at every render, a template may write what it is handed;
+	// in one block, not one allocation per service.
+	all := make([]CatalogSnippet, len(v.names))
+	out = make([]*CatalogSnippet, len(v.names))
+	for j, name := range v.names {
+		idx := v.byName[name]
+		tags := v.runs[idx[0]].tagUnion()
+		if len(idx) > 1 {
 			tags = nil
-			for _, rn := range runs {
-				tags = append(tags, rn.tagUnion()...)
+			for _, i := range idx {
+				tags = append(tags, v.runs[i].tagUnion()...)
 			}
 			slices.Sort(tags)
 			tags = slices.Compact(tags)
 		}
-		out = append(out, &CatalogSnippet{Name: name, Tags: tags})
+		all[j] = CatalogSnippet{Name: name, Tags: tags}
+		out[j] = &all[j]
 	}
 	return out, nil
 }

@@ -74,11 +74,11 @@ type fragmentOut struct {
 	skipped []string
 }
 
-// serviceDep is one `service` call of a fragment: its argument and the
-// runs it read. Runs are kept across renders while their lists are, so
-// the same runs mean the same instances.
+// serviceDep is one `service` call of a fragment: its argument, parsed,
+// and the runs it read. Runs are kept across renders while their lists
+// are, so the same runs mean the same instances.
 type serviceDep struct {
-	spec string
+	q    serviceQuery
 	runs []*run
 }
 
@@ -396,15 +396,11 @@ func (r *render) keep(k fragmentKey, o *fragmentOut) {
 // runs now, recording the queries they ask as the calls would.
 func (r *render) holds(deps []serviceDep) bool {
 	for _, d := range deps {
-		q, err := r.serviceQuery(d.spec)
-		if err != nil {
+		if w := r.t.opts.Watched; w != nil && !w(d.q.name) {
 			return false
 		}
-		if w := r.t.opts.Watched; w != nil && !w(q.name) {
-			return false
-		}
-		v, ok := r.catalog(q.dc)
-		if !ok || !slices.Equal(v.byName[q.name], d.runs) {
+		v, ok := r.catalog(d.q.dc)
+		if !ok || !v.sameRuns(d.q.name, d.runs) {
 			return false
 		}
 	}

@@ -23,10 +23,12 @@ type render struct {
 	missing map[model.Query]bool
 	skipped []string
 	scratch Scratch
-	views   map[model.Query]*view
 	cached  converted // by the previous render that had the cache; empty without it
 	used    converted // by this render
-	funcs   template.FuncMap
+	// lastView is the view catalog returned last, of datacenter lastDC.
+	lastView *view
+	lastDC   string
+	funcs    template.FuncMap
 	// rec, while a fragment executes, collects what it reads; fragTmpls
 	// are the fragments' templates bound to this render.
 	rec       *fragmentRecord
