@@ -330,6 +330,29 @@ func wholeRange(tree *parse.Tree, rn *parse.RangeNode, id string) parse.Node {
 // fragments renders fragment id for every item, in order, as the range it
 // replaces would.
 func (r *render) fragments(id string, items []*CatalogSnippet) (string, error) {
+	// The call is an action of its own, printed where it stands: written
+	// straight to the execution's output, the items' outputs are not
+	// joined into a string that fmt then copies whole (two copies of the
+	// whole section at every render).
+	if w := r.out; w != nil {
+		readIndex := r.t.frags[id].readIndex
+		for i, item := range items {
+			var o string
+			var err error
+			if readIndex {
+				o, err = r.fragment(id, item, i)
+			} else {
+				o, err = r.fragment(id, item)
+			}
+			if err != nil {
+				return "", err
+			}
+			if _, err := w.WriteString(o); err != nil {
+				return "", err
+			}
+		}
+		return "", nil
+	}
 	outs := make([]string, len(items))
 	n, readIndex := 0, r.t.frags[id].readIndex
 	for i, item := range items {
@@ -374,7 +397,7 @@ func (r *render) fragment(id string, item *CatalogSnippet, index ...int) (string
 	prev := r.rec
 	r.rec = rec
 	var b strings.Builder
-	err := r.fragmentTemplate(f).Execute(&b, map[int]*CatalogSnippet{i: item})
+	err := r.execute(&b, func() error { return r.fragmentTemplate(f).Execute(&b, map[int]*CatalogSnippet{i: item}) })
 	r.rec = prev
 	if err != nil {
 		return "", &fragmentError{err}

@@ -41,7 +41,9 @@ dc2: {{ range services "@dc2" }}{{ .Name }}:{{ range service (printf "%s@dc2" .N
 	"tags alone": `{{ range $s := services }}{{ $s.Name }} {{ .Tags }}
 {{ end }}`,
 	"index without else": `{{ range $i, $s := services }}{{ $i }}:{{ $s.Name }}={{ len (service $s.Name) }} {{ end }}`,
-	"missing key":        `{{ range services }}{{ range service .Name }}{{ .ServiceMeta.weight }} {{ end }}{{ end }}`,
+	"through executeTemplate": `{{ define "b" }}{{ range services }}{{ .Name }}={{ len (service .Name) }} {{ end }}{{ end }}[{{ executeTemplate "b" | toUpper }}]
+{{ range services }}<{{ executeTemplate "b" | toUpper }}>{{ .Name }} {{ end }}`,
+	"missing key": `{{ range services }}{{ range service .Name }}{{ .ServiceMeta.weight }} {{ end }}{{ end }}`,
 }
 
 // The fragments of a cut template, kept from render to render, render what

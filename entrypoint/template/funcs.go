@@ -3,6 +3,7 @@ package template
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -25,6 +26,8 @@ type render struct {
 	scratch Scratch
 	cached  converted // by the previous render that had the cache; empty without it
 	used    converted // by this render
+	// out is what the execution running now writes to (see fragments).
+	out io.StringWriter
 	// lastView is the view catalog returned last, of datacenter lastDC.
 	lastView *view
 	lastDC   string
@@ -33,6 +36,14 @@ type render struct {
 	// are the fragments' templates bound to this render.
 	rec       *fragmentRecord
 	fragTmpls map[string]*template.Template
+}
+
+// execute runs exec, which writes to w, with w as r.out.
+func (r *render) execute(w io.StringWriter, exec func() error) error {
+	prev := r.out
+	r.out = w
+	defer func() { r.out = prev }()
+	return exec()
 }
 
 // result records q and returns State's answer; without one q is missing.
@@ -211,7 +222,7 @@ func (r *render) executeTemplate(name string, data ...any) (string, error) {
 		return "", fmt.Errorf("executeTemplate: wrong number of arguments, expected 1 or 2, but got %d", len(data)+1)
 	}
 	var b bytes.Buffer
-	if err := r.tmpl.ExecuteTemplate(&b, name, dot); err != nil {
+	if err := r.execute(&b, func() error { return r.tmpl.ExecuteTemplate(&b, name, dot) }); err != nil {
 		return "", unfragment(err)
 	}
 	return b.String(), nil

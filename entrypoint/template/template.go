@@ -282,7 +282,7 @@ func (t *Template) Render(st model.State) (model.Rendering, error) {
 	if n := t.last.size(); n > 0 {
 		buf.Grow(n + n/8)
 	}
-	execErr := r.tmpl.Execute(&buf, nil)
+	execErr := r.execute(&buf, func() error { return r.tmpl.Execute(&buf, nil) })
 	execErr = unfragment(execErr)
 	out := model.Rendering{
 		Queries: sortedQueries(r.queries),
