@@ -65,19 +65,19 @@ type runKey struct {
 
 // converted is what a render made of its inputs that the next one may
 // reuse: views and specs are functions of their keys alone (a view is
-// checked against the catalog it is reused for), frags are checked
-// against what they read.
+// checked against the catalog it is reused for).
 type converted struct {
 	views map[model.Query]*view
 	specs map[string]serviceQuery // `service` arguments, parsed
-	frags map[fragmentKey]*fragmentOut
 }
 
-// runCache holds what the latest render that had it converted. One render
-// at a time uses it; a render that finds it in use converts everything.
+// runCache holds what the latest render that had it converted, and the
+// fragments' outputs, checked against what they read. One render at a
+// time uses it; a render that finds it in use converts everything.
 type runCache struct {
-	mu   sync.Mutex
-	last converted
+	mu    sync.Mutex
+	last  converted
+	frags keptOutputs
 }
 
 // catalog returns the catalog of dc ("" = the merged local one), or false

@@ -67,6 +67,7 @@ type fragmentKey struct {
 
 // fragmentOut is an item's output and what it was made from.
 type fragmentOut struct {
+	gen     uint64 // the last render that read it
 	index   int
 	tags    ServiceTags
 	out     string
@@ -384,12 +385,10 @@ func (r *render) fragment(id string, item *CatalogSnippet, index ...int) (string
 		i = index[0]
 	}
 	k := fragmentKey{id: id, name: item.Name}
-	for _, kept := range [...]map[fragmentKey]*fragmentOut{r.used.frags, r.cached.frags} {
-		if o, ok := kept[k]; ok && o.index == i && slices.Equal(o.tags, item.Tags) && r.holds(o.deps) {
-			r.skipped = append(r.skipped, o.skipped...)
-			r.keep(k, o)
-			return o.out, nil
-		}
+	if o, ok := r.frags.m[k]; ok && o.index == i && slices.Equal(o.tags, item.Tags) && r.holds(o.deps) {
+		r.skipped = append(r.skipped, o.skipped...)
+		r.frags.keep(k, o)
+		return o.out, nil
 	}
 	r.t.fragmentRuns.Add(1)
 	f := r.t.frags[id]
@@ -403,16 +402,43 @@ func (r *render) fragment(id string, item *CatalogSnippet, index ...int) (string
 		return "", &fragmentError{err}
 	}
 	if !rec.incomplete {
-		r.keep(k, &fragmentOut{index: i, tags: item.Tags, out: b.String(), deps: rec.deps, skipped: rec.skipped})
+		r.frags.keep(k, &fragmentOut{index: i, tags: item.Tags, out: b.String(), deps: rec.deps, skipped: rec.skipped})
 	}
 	return b.String(), nil
 }
 
-func (r *render) keep(k fragmentKey, o *fragmentOut) {
-	if r.used.frags == nil {
-		r.used.frags = make(map[fragmentKey]*fragmentOut, len(r.cached.frags))
+// keptOutputs are the fragments' outputs kept from render to render.
+// Each render marks what it reads and forgets the rest at its end, in
+// place: making a new map at every render cost an insert per service.
+type keptOutputs struct {
+	m    map[fragmentKey]*fragmentOut
+	gen  uint64 // the render's, which marks what it reads
+	live int    // outputs marked gen
+}
+
+// begin starts a render's marking.
+func (ko *keptOutputs) begin() {
+	ko.gen++
+	ko.live = 0
+}
+
+// keep marks o, item k's output, as read by this render.
+func (ko *keptOutputs) keep(k fragmentKey, o *fragmentOut) {
+	if old := ko.m[k]; old == nil || old.gen != ko.gen {
+		ko.live++
 	}
-	r.used.frags[k] = o
+	o.gen = ko.gen
+	if ko.m == nil {
+		ko.m = map[fragmentKey]*fragmentOut{}
+	}
+	ko.m[k] = o
+}
+
+// end forgets what the render did not read.
+func (ko *keptOutputs) end() {
+	if ko.live < len(ko.m) {
+		maps.DeleteFunc(ko.m, func(_ fragmentKey, o *fragmentOut) bool { return o.gen != ko.gen })
+	}
 }
 
 // holds reports whether every `service` call of deps would read the same

@@ -160,6 +160,27 @@ func TestOnlyTheChangedServiceIsRenderedAgain(t *testing.T) {
 	}
 }
 
+// The outputs kept are those of the services the last render read: a
+// catalog whose names churn holds no more than its live services.
+func TestTheOutputsOfGoneServicesAreForgotten(t *testing.T) {
+	tmpl, err := parseText("c.tmpl", fragmentTemplates["classic"], testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 5 {
+		lists := make([][]model.Instance, 100)
+		for s := range lists {
+			lists[s] = []model.Instance{instanceOf(fmt.Sprintf("r%d-svc%03d", round, s), 1, 8080)}
+		}
+		if _, err := tmpl.Render(perService(lists[:100-round*10]...)); err != nil {
+			t.Fatal(err)
+		}
+		if n, want := len(tmpl.runs.frags.m), 2*(100-round*10); n != want {
+			t.Fatalf("round %d: %d outputs kept, want %d: two ranges × the live services", round, n, want)
+		}
+	}
+}
+
 // A body is cut only when its output can depend on nothing but the item,
 // its index and `service` answers; anything else stays in the template.
 func TestWhatIsNotCut(t *testing.T) {

@@ -26,6 +26,7 @@ type render struct {
 	scratch Scratch
 	cached  converted // by the previous render that had the cache; empty without it
 	used    converted // by this render
+	frags   *keptOutputs
 	// out is what the execution running now writes to (see fragments).
 	out io.StringWriter
 	// lastView is the view catalog returned last, of datacenter lastDC.

@@ -265,11 +265,15 @@ func (t *Template) Render(st model.State) (model.Rendering, error) {
 		missing: map[model.Query]bool{},
 	}
 	if t.runs.mu.TryLock() {
-		r.cached = t.runs.last
+		r.cached, r.frags = t.runs.last, &t.runs.frags
+		r.frags.begin()
 		defer func() {
 			t.runs.last = r.used // what this render did not read is gone
+			r.frags.end()
 			t.runs.mu.Unlock()
 		}()
+	} else {
+		r.frags = &keptOutputs{}
 	}
 	release, err := t.newTemplate(r)
 	if err != nil {
