@@ -358,14 +358,21 @@ func finishPeerResult(ctx context.Context, log *slog.Logger, r *peerResult, t *t
 	_, seen, reads, _ := t.file.state()
 	r.reads = reads
 	served := t.servedAt()
+	// Each change's, in order ("-" not seen): a p99 is one or two
+	// changes, and which ones says why.
+	var ds []string
 	for k := range written {
+		d := "-"
 		if !seen[k].IsZero() {
 			r.rendered = append(r.rendered, max(seen[k].Sub(written[k]), 0))
+			d = fmtMs(r.rendered[len(r.rendered)-1])
 		}
+		ds = append(ds, d)
 		if t.tool.serves() && !served[k].IsZero() {
 			r.served = append(r.served, max(served[k].Sub(written[k]), 0))
 		}
 	}
+	log.Info("in the file", "tool", t.tool.key, "by_change", strings.Join(ds, " "))
 	if t.tool.serves() {
 		t.servedMu.Lock()
 		r.probes = t.probes
@@ -373,7 +380,7 @@ func finishPeerResult(ctx context.Context, log *slog.Logger, r *peerResult, t *t
 		if len(r.served) < len(written) && r.err == nil {
 			r.err = fmt.Errorf("%d of %d changes were not served through HAProxy in time", len(written)-len(r.served), len(written))
 		}
-		var ds []string
+		ds = ds[:0]
 		for _, d := range r.served {
 			ds = append(ds, fmtMs(d))
 		}
