@@ -329,51 +329,25 @@ func wholeRange(tree *parse.Tree, rn *parse.RangeNode, id string) parse.Node {
 }
 
 // fragments renders fragment id for every item, in order, as the range it
-// replaces would.
+// replaces would. The call is an action of its own, printed where it
+// stands, so it writes each item's output straight to the output of the
+// execution running and returns nothing: returned as one string, the
+// section was joined, then copied whole again by fmt's print.
 func (r *render) fragments(id string, items []*CatalogSnippet) (string, error) {
-	// The call is an action of its own, printed where it stands: written
-	// straight to the execution's output, the items' outputs are not
-	// joined into a string that fmt then copies whole (two copies of the
-	// whole section at every render).
-	if w := r.out; w != nil {
-		readIndex := r.t.frags[id].readIndex
-		for i, item := range items {
-			var o string
-			var err error
-			if readIndex {
-				o, err = r.fragment(id, item, i)
-			} else {
-				o, err = r.fragment(id, item)
-			}
-			if err != nil {
-				return "", err
-			}
-			if _, err := w.WriteString(o); err != nil {
-				return "", err
-			}
-		}
-		return "", nil
-	}
-	outs := make([]string, len(items))
-	n, readIndex := 0, r.t.frags[id].readIndex
+	readIndex := r.t.frags[id].readIndex
 	for i, item := range items {
-		var err error
-		if readIndex {
-			outs[i], err = r.fragment(id, item, i)
-		} else {
-			outs[i], err = r.fragment(id, item)
+		if !readIndex {
+			i = 0 // as fragment without an index: the item's output is its own
 		}
+		o, err := r.fragment(id, item, i)
 		if err != nil {
 			return "", err
 		}
-		n += len(outs[i])
+		if _, err := r.out.WriteString(o); err != nil {
+			return "", err
+		}
 	}
-	var b strings.Builder
-	b.Grow(n)
-	for _, o := range outs {
-		b.WriteString(o)
-	}
-	return b.String(), nil
+	return "", nil
 }
 
 // fragment renders item's output of fragment id: the output the previous

@@ -27,7 +27,8 @@ type render struct {
 	cached  converted // by the previous render that had the cache; empty without it
 	used    converted // by this render
 	frags   *keptOutputs
-	// out is what the execution running now writes to (see fragments).
+	// out is what the execution running now writes to (see fragments):
+	// every execution of r.tmpl or of a fragment runs through execute.
 	out io.StringWriter
 	// lastView is the view catalog returned last, of datacenter lastDC.
 	lastView *view
