@@ -60,6 +60,4 @@ func (s Slots) Flat() []ServerSlot {
 
 // SameSlots reports whether a and b are the same list (not a copy): what
 // lets a reader skip a backend that did not change.
-func SameSlots(a, b []ServerSlot) bool {
-	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
-}
+func SameSlots(a, b []ServerSlot) bool { return SameList(a, b) }

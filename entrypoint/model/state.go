@@ -261,7 +261,12 @@ func EqualInstances(a, b []Instance) bool {
 // SameInstances: a and b are the same list, so equal without reading
 // them. A catalog is never written once made, and a source that only
 // moved its index hands on its last catalog's list.
-func SameInstances(a, b []Instance) bool {
+func SameInstances(a, b []Instance) bool { return SameList(a, b) }
+
+// SameList reports whether a and b are the same slice of the same array
+// (both empty counts): for what is never written once made, equal
+// without reading it.
+func SameList[E any](a, b []E) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 

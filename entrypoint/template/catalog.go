@@ -127,7 +127,7 @@ func (r *render) newView(c *model.Catalog, dc string, prev *view) *view {
 		prev = &view{}
 	}
 	v := &view{dc: dc, from: c.Nodes}
-	sameNodes := sameList(prev.from, c.Nodes)
+	sameNodes := model.SameList(prev.from, c.Nodes)
 	if sameNodes {
 		v.nodes, v.nodeOut = prev.nodes, prev.nodeOut
 	} else {
@@ -182,11 +182,6 @@ func (r *render) newView(c *model.Catalog, dc string, prev *view) *view {
 		v.skipped = v.reports()
 	}
 	return v
-}
-
-// sameList reports whether a and b are the same slice of the same array.
-func sameList[T any](a, b []T) bool {
-	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // cleanNodes returns nodes less what a template must not see, and what
