@@ -54,13 +54,13 @@ func (rn *run) name() string {
 	return rn.clean[0].Name
 }
 
-// runKey names a list (catalogs are never written, and the key keeps the
-// list's array alive, so the address names one content) and the
-// datacenter its instances fall back to.
+// runKey names a list: catalogs are never written, and the key keeps the
+// list's array alive, so the address names one content. The datacenter
+// its instances fall back to is the view's: a run is taken only from the
+// previous view of the same query and datacenter.
 type runKey struct {
 	first *model.Instance
 	n     int
-	dc    string
 }
 
 // converted is what a render made of its inputs that the next one may
@@ -138,7 +138,7 @@ func (r *render) newView(c *model.Catalog, dc string, prev *view) *view {
 	var byKey map[runKey]*run // prev's runs, made at the first list that moved
 	samePlaces, freshReports := true, false
 	for list := range c.Services() {
-		k := runKey{first: &list[0], n: len(list), dc: dc}
+		k := runKey{first: &list[0], n: len(list)}
 		i := len(v.runs)
 		if i < len(prev.keys) && prev.keys[i] == k {
 			v.runs, v.keys = append(v.runs, prev.runs[i]), append(v.keys, k)
@@ -323,7 +323,7 @@ func cleanInstance(in model.Instance, rawMeta bool, report func(string)) (model.
 }
 
 // healthServices returns the run's instances as `service` returns them,
-// falling back to datacenter dc (the run's key holds it).
+// falling back to datacenter dc (its view's, the only one it is in).
 func (rn *run) healthServices(dc string) []*HealthService {
 	if !rn.healthDone {
 		all := make([]HealthService, len(rn.clean))

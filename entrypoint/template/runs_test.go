@@ -44,7 +44,7 @@ func TestAChangeConvertsOnlyTheServiceThatChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	runs := keptRuns(tmpl)
-	runOf := func(list []model.Instance) *run { return runs[runKey{first: &list[0], n: len(list), dc: "dc1"}] }
+	runOf := func(list []model.Instance) *run { return runs[runKey{first: &list[0], n: len(list)}] }
 	before := map[string]*run{"api": runOf(api), "db": runOf(db), "web": runOf(web)}
 	for name, rn := range before {
 		if rn == nil {
@@ -73,10 +73,11 @@ func TestAChangeConvertsOnlyTheServiceThatChanged(t *testing.T) {
 	}
 }
 
-// keptRuns is the runs of the views the last render kept, by list.
+// keptRuns is the runs of the local catalog's view the last render kept,
+// by list.
 func keptRuns(tmpl *Template) map[runKey]*run {
 	runs := map[runKey]*run{}
-	for _, v := range tmpl.runs.last.views {
+	if v := tmpl.runs.last.views[model.LocalCatalog]; v != nil {
 		for i, rn := range v.runs {
 			runs[v.keys[i]] = rn
 		}
@@ -344,5 +345,14 @@ func TestCatalogsSharingAListFallBackToTheirOwnDatacenter(t *testing.T) {
 		if string(r.Config) != "web-1/dc1 web-1/dc2" {
 			t.Fatalf("got %q, want web-1/dc1 web-1/dc2", r.Config)
 		}
+	}
+	// The same lists under the same query, now of another datacenter: the
+	// previous view's runs fell back to the old one.
+	st = model.NewState(map[model.Query]model.Result{
+		model.LocalCatalog: {Catalog: model.PerService("dc3", nil, lists, 1)},
+		{Kind: model.QueryCatalog, Datacenter: "dc2"}: {Catalog: model.PerService("dc2", nil, lists, 1)},
+	})
+	if r, err := tmpl.Render(st); err != nil || string(r.Config) != "web-1/dc3 web-1/dc2" {
+		t.Fatalf("after the datacenter changed: %q, %v; want web-1/dc3 web-1/dc2", r.Config, err)
 	}
 }
