@@ -246,6 +246,13 @@ type SourceStatus struct {
 	Held       int       `json:"held,omitempty"`
 	HeldUntil  time.Time `json:"held_until,omitzero"`
 	HoldsTotal uint64    `json:"holds_total,omitempty"`
+	// Withheld counts instances the source reports again just after it
+	// started over, though it had removed them, kept out until
+	// WithheldUntil (old state served by a restored Consul server);
+	// WithholdsTotal counts such withholds since start.
+	Withheld       int       `json:"withheld,omitempty"`
+	WithheldUntil  time.Time `json:"withheld_until,omitzero"`
+	WithholdsTotal uint64    `json:"withholds_total,omitempty"`
 }
 
 // Reporter is a Source that says how it is doing.

@@ -6,6 +6,14 @@
 // everything else in the snapshot (additions, health, addresses) applies
 // at once. If the source still says they are gone when the period ends,
 // they go: a deliberate scale to zero still works, only later.
+//
+// A source that started over may also report, for a moment, instances it
+// removed before: a Consul server restored from a Raft snapshot serves
+// the snapshot's catalog until a leader tells it what came after. Within
+// the hold period after such a reset, an instance the guard saw removed
+// is withheld until the period ends: if it was old state it goes again
+// before that and is never routed to; if the source still reports it
+// then, it is passed on.
 package guard
 
 import (
@@ -42,9 +50,17 @@ type Guard struct {
 	opts Options
 	log  *slog.Logger
 
-	mu    sync.Mutex // guards held and holds, read by Status
+	mu    sync.Mutex // guards what follows, read by Status
 	held  map[key]*held
 	holds uint64
+	// removed: instances passed on, then removed. Listed again just
+	// after a reset, such an instance is more likely old state than new.
+	removed removals
+	// withheld: instances the source reports again after a reset that
+	// were removed before, kept out until withheldUntil.
+	withheld      map[key]bool
+	withheldUntil time.Time
+	withholds     uint64
 
 	// Owned by Run.
 	sent map[model.Query]*model.Catalog // the catalogs last passed on
@@ -113,6 +129,10 @@ func (g *Guard) Status() model.SourceStatus {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st.Held, st.HeldUntil, st.HoldsTotal = len(g.held), g.lastUntilLocked(), g.holds
+	st.Withheld, st.WithholdsTotal = len(g.withheld), g.withholds
+	if len(g.withheld) > 0 {
+		st.WithheldUntil = g.withheldUntil
+	}
 	return st
 }
 
@@ -133,10 +153,14 @@ func (g *Guard) lastUntilLocked() time.Time {
 	return t
 }
 
+// firstUntil is when the guard next has something to release.
 func (g *Guard) firstUntil() time.Time {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var t time.Time
+	if len(g.withheld) > 0 {
+		t = g.withheldUntil
+	}
 	for _, h := range g.held {
 		if t.IsZero() || h.until.Before(t) {
 			t = h.until
@@ -194,7 +218,8 @@ func (g *Guard) Run(ctx context.Context, out chan<- model.Snapshot) {
 // So is any removal while the source has just started over (s.Reset
 // within the hold period): its data then comes back in pieces, and a
 // piece that lacks a whole service removes too few instances at once to
-// look like a mass removal.
+// look like a mass removal. Meanwhile what it reports of the instances
+// removed before is withheld.
 func (g *Guard) hold(s model.Snapshot, now time.Time) {
 	restarted := !s.Reset.IsZero() && now.Sub(s.Reset) < g.opts.Hold
 	g.mu.Lock()
@@ -212,10 +237,23 @@ func (g *Guard) hold(s model.Snapshot, now time.Time) {
 			delete(g.held, k) // back, or the query is no longer asked
 		}
 	}
+	var withheld map[key]bool
 	for q, r := range s.Results {
 		prev := g.sent[q]
 		if r.Catalog == nil || prev == nil || r.Catalog == prev {
 			continue
+		}
+		if restarted && g.removed.len() > 0 {
+			// What was not passed on: the instances the source added, and
+			// those withheld before.
+			for _, in := range gone(r.Catalog, prev, nil) {
+				if k := (key{q, in.Name, in.ID}); g.removed.has(k, now) {
+					if withheld == nil {
+						withheld = map[key]bool{}
+					}
+					withheld[k] = true
+				}
+			}
 		}
 		var skip func(model.Instance) bool // already held
 		if len(g.held) > 0 {
@@ -224,6 +262,9 @@ func (g *Guard) hold(s model.Snapshot, now time.Time) {
 		gone := gone(prev, r.Catalog, skip)
 		mass := g.tooMany(len(gone), prev.Len())
 		if !mass && (!restarted || len(gone) == 0) {
+			for _, in := range gone {
+				g.removed.add(key{q, in.Name, in.ID}, now)
+			}
 			continue
 		}
 		until := now.Add(g.opts.Hold)
@@ -254,6 +295,28 @@ func (g *Guard) hold(s model.Snapshot, now time.Time) {
 			"services", strings.Join(slices.Sorted(maps.Keys(services)), ","),
 			"until", until.Format(time.RFC3339), "threshold_percent", g.opts.Percent)
 	}
+	g.withholdLocked(withheld, s.Reset.Add(g.opts.Hold))
+}
+
+// withholdLocked replaces what is withheld; it logs what is new.
+func (g *Guard) withholdLocked(withheld map[key]bool, until time.Time) {
+	services := map[string]bool{}
+	for k := range withheld {
+		if !g.withheld[k] {
+			services[k.name] = true
+		}
+	}
+	g.withheld = withheld
+	if len(withheld) > 0 {
+		g.withheldUntil = until
+	}
+	if len(services) == 0 {
+		return
+	}
+	g.withholds++
+	g.log.Warn("the source started over and reports again instances it removed before (a Consul server restored from an older snapshot); withholding them until it confirms",
+		"withheld", len(withheld), "services", strings.Join(slices.Sorted(maps.Keys(services)), ","),
+		"until", until.Format(time.RFC3339))
 }
 
 // tooMany: removing gone of total instances is a mass removal.
@@ -280,6 +343,7 @@ func (g *Guard) expire(now time.Time) bool {
 		case h.until.After(now):
 		case up:
 			delete(g.held, k)
+			g.removed.add(k, now)
 			released++
 		default:
 			h.until = now.Add(g.opts.Hold)
@@ -293,6 +357,20 @@ func (g *Guard) expire(now time.Time) bool {
 	if released > 0 {
 		g.log.Info("the source still reports the instances gone; removal applied", "removed", released, "still_held", len(g.held))
 	}
+	if len(g.withheld) > 0 && !g.withheldUntil.After(now) {
+		if !up {
+			g.withheldUntil = now.Add(g.opts.Hold)
+			g.log.Warn("the source is down and cannot confirm the instances it reported again; withholding them on",
+				"withheld", len(g.withheld), "until", g.withheldUntil.Format(time.RFC3339))
+			return released > 0
+		}
+		g.log.Info("the source still reports the instances it had removed; passed on", "instances", len(g.withheld))
+		for k := range g.withheld {
+			g.removed.forget(k)
+		}
+		g.withheld = nil
+		return true
+	}
 	return released > 0
 }
 
@@ -305,11 +383,19 @@ func (g *Guard) compose(s model.Snapshot) model.Snapshot {
 	for k, h := range g.held {
 		byQuery[k.q] = append(byQuery[k.q], h)
 	}
+	for k := range g.withheld {
+		if _, ok := byQuery[k.q]; !ok {
+			byQuery[k.q] = nil
+		}
+	}
 	out := model.Snapshot{Source: s.Source, Results: maps.Clone(s.Results), Reset: s.Reset}
 	for q, hs := range byQuery {
 		r := out.Results[q]
 		c := &model.Catalog{Datacenter: r.Catalog.Datacenter, Index: r.Catalog.Index, Nodes: slices.Clone(r.Catalog.Nodes),
 			Instances: slices.Concat(slices.Collect(r.Catalog.Services())...)} // one copy, of either kind
+		if len(g.withheld) > 0 {
+			c.Instances = slices.DeleteFunc(c.Instances, func(in model.Instance) bool { return g.withheld[key{q, in.Name, in.ID}] })
+		}
 		serves := g.serves(r.Catalog)
 		for _, h := range hs {
 			in := h.in

@@ -426,3 +426,112 @@ func TestADrainCountsOnlyRoutedInstances(t *testing.T) {
 		})
 	}
 }
+
+// A Consul server restored from an older Raft snapshot serves, until a
+// leader tells it what came after, instances removed since (the chaos
+// suite saw web's removed instances come back on one replica, get traffic
+// until HAProxy's checks failed them, and three requests time out). Just
+// after a reset, what was removed before is withheld: gone again when the
+// server catches up, it is never routed to; still there when the hold
+// period ends, it is passed on.
+func TestInstancesRemovedBeforeAResetAreWithheldUntilConfirmed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, opts)
+		a, b, c, d := inst("web", "a"), inst("web", "b"), inst("web", "c"), inst("web", "d")
+		r.send(a, b, c)
+		r.send(a, b) // one of three: applied at once
+		r.want("c removed", "a", "b")
+
+		reset := time.Now()
+		r.sendReset(reset, a, b, c, d)
+		r.want("old c withheld; d, never seen, added", "a", "b", "d")
+		st := r.status()
+		if st.Withheld != 1 || !st.WithheldUntil.Equal(reset.Add(opts.Hold)) || st.WithholdsTotal != 1 {
+			t.Errorf("status %+v, want 1 withheld until %s, 1 withhold", st, reset.Add(opts.Hold))
+		}
+		for _, w := range []string{"reports again instances it removed", "withheld=1", "services=web", "until="} {
+			if !strings.Contains(r.log.String(), w) {
+				t.Errorf("log %q does not say %q", r.log.String(), w)
+			}
+		}
+		r.sendReset(reset, a, b, d)
+		r.want("the server caught up: c never served", "a", "b", "d")
+		if st := r.status(); st.Withheld != 0 || st.Held != 0 {
+			t.Errorf("status %+v, want nothing withheld or held", st)
+		}
+
+		time.Sleep(10 * time.Second)
+		r.sendReset(reset, a, b, c, d)
+		r.want("c again, still within the period", "a", "b", "d")
+		time.Sleep(opts.Hold - 10*time.Second - time.Millisecond)
+		r.want("just before the end of the period", "a", "b", "d")
+		time.Sleep(time.Millisecond)
+		r.want("the source still reports c: passed on", "a", "b", "c", "d")
+		if st := r.status(); st.Withheld != 0 || !strings.Contains(r.log.String(), "passed on") {
+			t.Errorf("status %+v, log %q: want nothing withheld and a line saying c was passed on", st, r.log.String())
+		}
+	})
+}
+
+// Only the snapshots just after a reset are doubted: an instance removed
+// and registered again otherwise, or long after a reset, applies at once.
+func TestARemovedInstanceBackWithoutAResetAppliesAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, opts)
+		a, b, c := inst("web", "a"), inst("web", "b"), inst("web", "c")
+		r.send(a, b, c)
+		r.send(a, b)
+		r.send(a, b, c)
+		r.want("no reset: back at once", "a", "b", "c")
+
+		reset := time.Now()
+		r.send(a, b)
+		time.Sleep(opts.Hold)
+		r.sendReset(reset, a, b, c)
+		r.want("a hold period after the reset: back at once", "a", "b", "c")
+		if st := r.status(); st.WithholdsTotal != 0 {
+			t.Errorf("status %+v, want no withhold", st)
+		}
+	})
+}
+
+// A removal the guard held and then applied is remembered like one
+// applied at once.
+func TestAnAppliedHeldRemovalIsWithheldAfterAReset(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, opts)
+		a, b, c, d := inst("web", "a"), inst("web", "b"), inst("web", "c"), inst("db", "d")
+		r.send(a, b, c, d)
+		r.send(a, d) // two of four: not over half, applied
+		r.send(d)    // web's last, and half: not over half, applied
+		r.want("web removed", "d")
+		r.sendReset(time.Now(), a, b, c, d)
+		r.want("web's old instances withheld", "d")
+
+		r2 := newRig(t, opts)
+		r2.send(a, b, c, d)
+		r2.send(d) // three of four: held
+		time.Sleep(opts.Hold)
+		r2.want("the held removal applied", "d")
+		r2.sendReset(time.Now(), a, b, c, d)
+		r2.want("what the held removal removed is withheld", "d")
+	})
+}
+
+// An instance withheld while its source is down at the end of the period
+// stays out until the source can confirm it.
+func TestAWithholdOutlastsASourceThatIsDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, opts)
+		a, b := inst("web", "a"), inst("web", "b")
+		r.send(a, b)
+		r.send(a)
+		r.sendReset(time.Now(), a, b)
+		r.src.setUp(false)
+		time.Sleep(opts.Hold)
+		r.want("down at the end of the period: still withheld", "a")
+		r.src.setUp(true)
+		time.Sleep(opts.Hold)
+		r.want("up again and still reporting b: passed on", "a", "b")
+	})
+}
