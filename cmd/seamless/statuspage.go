@@ -159,7 +159,7 @@ func sources(sts []model.SourceStatus) []status.Source {
 	for _, s := range sts {
 		out = append(out, status.Source{Name: s.Name, Up: s.Up, LastSuccess: s.LastSuccess,
 			LastError: s.LastError, LastErrorAt: s.LastErrorAt,
-			Stale: s.StaleReason, Held: s.Held, HeldUntil: s.HeldUntil})
+			Stale: s.StaleReason, Held: s.Held, HeldUntil: s.HeldUntil, Withheld: s.Withheld, WithheldUntil: s.WithheldUntil})
 	}
 	return out
 }

@@ -165,6 +165,10 @@ var (
 		"Instances the source no longer reports that are kept until the removal is confirmed (SEAMLESS_REMOVAL_GUARD).", []string{"source"}, nil)
 	sourceHoldsDesc = prometheus.NewDesc("seamless_source_removal_holds_total",
 		"Snapshots whose removal of too many instances at once was held (SEAMLESS_REMOVAL_GUARD).", []string{"source"}, nil)
+	sourceWithheldDesc = prometheus.NewDesc("seamless_source_withheld_instances",
+		"Instances the source reports again just after it started over, though it had removed them, kept out until the hold period ends (SEAMLESS_REMOVAL_HOLD).", []string{"source"}, nil)
+	sourceWithholdsDesc = prometheus.NewDesc("seamless_source_withholds_total",
+		"Snapshots after a reset of the source that brought back instances it had removed (SEAMLESS_REMOVAL_GUARD).", []string{"source"}, nil)
 )
 
 type sourceCollector func() []model.SourceStatus
@@ -176,6 +180,8 @@ func (c sourceCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sourceStaleDesc
 	ch <- sourceHeldDesc
 	ch <- sourceHoldsDesc
+	ch <- sourceWithheldDesc
+	ch <- sourceWithholdsDesc
 }
 
 func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
@@ -192,6 +198,8 @@ func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(sourceStaleDesc, prometheus.GaugeValue, stale, s.Name)
 		ch <- prometheus.MustNewConstMetric(sourceHeldDesc, prometheus.GaugeValue, float64(s.Held), s.Name)
 		ch <- prometheus.MustNewConstMetric(sourceHoldsDesc, prometheus.CounterValue, float64(s.HoldsTotal), s.Name)
+		ch <- prometheus.MustNewConstMetric(sourceWithheldDesc, prometheus.GaugeValue, float64(s.Withheld), s.Name)
+		ch <- prometheus.MustNewConstMetric(sourceWithholdsDesc, prometheus.CounterValue, float64(s.WithholdsTotal), s.Name)
 		if !s.LastSuccess.IsZero() {
 			ch <- prometheus.MustNewConstMetric(sourceSuccessDesc, prometheus.GaugeValue,
 				float64(s.LastSuccess.UnixNano())/1e9, s.Name)

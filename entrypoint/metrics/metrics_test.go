@@ -40,7 +40,7 @@ func TestStaleSourcesAndHeldRemovalsAreExported(t *testing.T) {
 	m := New()
 	m.WatchSources(func() []model.SourceStatus {
 		return []model.SourceStatus{
-			{Name: "consul", Stale: true, Held: 3, HoldsTotal: 2},
+			{Name: "consul", Stale: true, Held: 3, HoldsTotal: 2, Withheld: 4, WithholdsTotal: 1},
 			{Name: "file", Up: true},
 		}
 	})
@@ -57,9 +57,18 @@ seamless_source_removal_holds_total{source="file"} 0
 # TYPE seamless_source_stale gauge
 seamless_source_stale{source="consul"} 1
 seamless_source_stale{source="file"} 0
+# HELP seamless_source_withheld_instances Instances the source reports again just after it started over, though it had removed them, kept out until the hold period ends (SEAMLESS_REMOVAL_HOLD).
+# TYPE seamless_source_withheld_instances gauge
+seamless_source_withheld_instances{source="consul"} 4
+seamless_source_withheld_instances{source="file"} 0
+# HELP seamless_source_withholds_total Snapshots after a reset of the source that brought back instances it had removed (SEAMLESS_REMOVAL_GUARD).
+# TYPE seamless_source_withholds_total counter
+seamless_source_withholds_total{source="consul"} 1
+seamless_source_withholds_total{source="file"} 0
 `
 	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want),
-		"seamless_source_stale", "seamless_source_held_instances", "seamless_source_removal_holds_total"); err != nil {
+		"seamless_source_stale", "seamless_source_held_instances", "seamless_source_removal_holds_total",
+		"seamless_source_withheld_instances", "seamless_source_withholds_total"); err != nil {
 		t.Error(err)
 	}
 }

@@ -170,6 +170,11 @@ type Source struct {
 	// one snapshot removed too many at once (SEAMLESS_REMOVAL_GUARD).
 	Held      int       `json:"held,omitempty"`
 	HeldUntil time.Time `json:"held_until,omitzero"`
+	// Withheld instances are reported again by the source just after it
+	// started over, though it had removed them: kept out until
+	// WithheldUntil, in case they are old state (SEAMLESS_REMOVAL_GUARD).
+	Withheld      int       `json:"withheld,omitempty"`
+	WithheldUntil time.Time `json:"withheld_until,omitzero"`
 }
 
 // Apply is one rendering of the sources and what became of it.
