@@ -30,6 +30,7 @@ type running struct {
 
 	mu    sync.Mutex
 	snaps []model.Snapshot
+	at    []time.Time     // when each of snaps came
 	logs  strings.Builder // everything the source logged
 }
 
@@ -37,6 +38,13 @@ type running struct {
 // CONSUL_HTTP_ADDR (so the tests also show that Consul's variables apply),
 // and wants queries.
 func startSource(t testing.TB, addr string, cfg Config, queries ...model.Query) *running {
+	t.Helper()
+	return startWrapped(t, addr, cfg, nil, queries...)
+}
+
+// startWrapped is startSource with the snapshots read through wrap(the
+// source, the log), as seamless reads them through the removal guard.
+func startWrapped(t testing.TB, addr string, cfg Config, wrap func(model.Source, *slog.Logger) model.Source, queries ...model.Query) *running {
 	t.Helper()
 	t.Setenv("CONSUL_HTTP_ADDR", addr)
 	t.Setenv("CONSUL_HTTP_TOKEN", "")
@@ -52,16 +60,20 @@ func startSource(t testing.TB, addr string, cfg Config, queries ...model.Query) 
 	ctx, cancel := context.WithCancel(context.Background())
 	r.src, r.cancel = src, cancel
 	out := make(chan model.Snapshot)
+	var run model.Source = src
+	if wrap != nil {
+		run = wrap(src, log)
+	}
 	go func() {
 		defer close(r.done)
-		src.Run(ctx, out)
+		run.Run(ctx, out)
 	}()
 	go func() {
 		for {
 			select {
 			case s := <-out:
 				r.mu.Lock()
-				r.snaps = append(r.snaps, s)
+				r.snaps, r.at = append(r.snaps, s), append(r.at, time.Now())
 				r.mu.Unlock()
 			case <-r.done:
 				return

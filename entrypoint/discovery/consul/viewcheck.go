@@ -166,6 +166,8 @@ func (w *subWatch) answeredHealth(ev event, index uint64) bool {
 		// over, and the view's answer stands (the removal guard holds
 		// what it drops).
 		c.s.viewChecks[checkStartedOver].Add(1)
+		c.s.log.Warn("Consul's index went backwards (restarted with less data, or another server answered): starting the query over",
+			"query", c.what(sb), "consul", c.s.addr(), "from", tr.passedAt, "to", index, "servers_at", at)
 		w.startOver()
 		tr.catchUp, tr.haveServers = 0, false
 		return w.follow(ev, index, moved)
