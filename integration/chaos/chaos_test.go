@@ -254,6 +254,7 @@ func TestFleetUnderChaos(top *testing.T) {
 			})
 		}
 		k.converged(t, "servers restarted")
+		k.logHolds(t)
 		k.logViewChecks(t)
 		noFailures(t, "rolling restart")
 		k.atRest(t)
@@ -277,9 +278,7 @@ func TestFleetUnderChaos(top *testing.T) {
 			return k.leader() != "" && k.aliveMembers() == 6
 		})
 		k.converged(t, "cluster from empty data dirs")
-		for _, r := range k.replicas {
-			t.Logf("%s: %v removals held", r.name, testenv.Metric(t, r.status, `seamless_source_removal_holds_total{source="consul"}`))
-		}
+		k.logHolds(t)
 		noFailures(t, "cluster from empty data dirs")
 		k.atRest(t)
 	})
@@ -410,6 +409,17 @@ func (k *cluster) convergedOn(t testing.TB, step string, rs []*replica, agents [
 		for _, a := range agents {
 			t.Logf("%s converged slowly: logs of %s:\n%s", step, a.name, k.logs(a, "40"))
 		}
+	}
+}
+
+// logHolds logs, for each replica, how many removals its guard held and
+// how many times it withheld instances a restarted Consul listed again.
+func (k *cluster) logHolds(t testing.TB) {
+	t.Helper()
+	for _, r := range k.replicas {
+		t.Logf("%s: %v removals held, %v withholds", r.name,
+			testenv.Metric(t, r.status, `seamless_source_removal_holds_total{source="consul"}`),
+			testenv.Metric(t, r.status, `seamless_source_withholds_total{source="consul"}`))
 	}
 }
 
