@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -94,6 +95,16 @@ func (l layout) catalog() model.Catalog {
 // txnMax is Consul's limit of operations per transaction.
 const txnMax = 64
 
+// rolledBack is the error of a transaction Consul rolled back, with what
+// each failed operation says (TxnErrors print as pointers).
+func rolledBack(resp *api.TxnResponse) error {
+	var whats []string
+	for _, e := range resp.Errors {
+		whats = append(whats, fmt.Sprintf("op %d: %s", e.OpIndex, e.What))
+	}
+	return fmt.Errorf("transaction rolled back: %s", strings.Join(whats, "; "))
+}
+
 // registerAll writes ops in transactions of txnMax, the nodes first, then
 // the rest by a few concurrent writers.
 func registerAll(ctx context.Context, c *api.Client, ops api.TxnOps, nodes int) error {
@@ -103,7 +114,7 @@ func registerAll(ctx context.Context, c *api.Client, ops api.TxnOps, nodes int) 
 			return err
 		}
 		if !ok {
-			return fmt.Errorf("transaction rolled back: %v", resp.Errors)
+			return rolledBack(resp)
 		}
 		return nil
 	}

@@ -50,7 +50,7 @@ type peerOptions struct {
 	sizes                                     []peerSize
 	nodes                                     int
 	changes                                   int
-	add                                       bool // each change registers a new instance instead of moving one
+	change                                    changeKind
 	interval                                  time.Duration
 	wait                                      config.Wait // every tool's quiescence; zero: each change at once
 	seed                                      uint64
@@ -63,6 +63,22 @@ type peerOptions struct {
 	nofile                                    uint64
 	nofileInForce                             uint64 // what raiseNofile achieved
 }
+
+// changeKind is what each change of a peer run does to its instance.
+type changeKind int
+
+const (
+	changeMove   changeKind = iota // re-registered at a new port
+	changeAdd                      // a new instance of its service, at a new port
+	changeRemove                   // deregistered, with its check
+)
+
+var changeKinds = map[string]changeKind{"move": changeMove, "add": changeAdd, "remove": changeRemove}
+
+// probes reports whether the run probes tool's changes through its
+// HAProxy: a new address answers there, a removed one may still (a
+// drained server finishes what it has).
+func (o peerOptions) probes(tool peerTool) bool { return tool.serves() && o.change != changeRemove }
 
 type peerSize struct{ services, instances int }
 
@@ -175,15 +191,12 @@ func parsePeerFlags(args []string, stderr io.Writer) (peerOptions, error) {
 	fs.StringVar(&sizes, "sizes", "100x10,1000x10", "catalogs, SERVICESxINSTANCES, comma-separated (a fresh Consul per row)")
 	fs.IntVar(&o.nodes, "nodes", 100, "Consul nodes the instances are spread over")
 	fs.IntVar(&o.changes, "changes", 40, "single-instance changes per row")
-	fs.Func("change", "what each change does: `move` an instance to a new port (default), or add a new instance of the service at one", func(v string) error {
-		switch v {
-		case "move":
-			o.add = false
-		case "add":
-			o.add = true
-		default:
-			return fmt.Errorf("%q: want move or add", v)
+	fs.Func("change", "what each change does: `move` an instance to a new port (default), add a new instance of the service at one, or remove an instance", func(v string) error {
+		k, ok := changeKinds[v]
+		if !ok {
+			return fmt.Errorf("%q: want move, add or remove", v)
 		}
+		o.change = k
 		return nil
 	})
 	fs.DurationVar(&o.interval, "interval", 1500*time.Millisecond, "time between changes (a fixed schedule)")

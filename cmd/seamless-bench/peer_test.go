@@ -289,6 +289,44 @@ func TestPeerBenchmark(t *testing.T) {
 	}
 }
 
+// -change remove deregisters instances: every tool shows each removal in
+// its file (the built-in as a disabled slot), and none is probed through
+// HAProxy. (A short name: seamless's run directory under the test's
+// temporary one must fit HAProxy's socket paths.)
+func TestPeerRemoves(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Consul, consul-template, HAProxy and seamless")
+	}
+	if os.Getenv("SEAMLESS_CONSUL_BIN") == "" && !testenv.CI() {
+		t.Skip("SEAMLESS_CONSUL_BIN is not set (make consul builds the agent)")
+	}
+	ct := consulTemplateBin(t)
+	testenv.HAProxy(t)
+	consul := testenv.ConsulBin(t)
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"seamless-bench", "peer", "-sizes", "5x4", "-changes", "3", "-interval", "300ms", "-change", "remove",
+		"-tools", "ct,template,builtin", "-seamless", seamlessBin, "-consul", consul, "-consul-template", ct,
+		"-change-timeout", "30s", "-timeout", "2m"}, &stdout, &stderr)
+	out := stdout.String()
+	t.Logf("table:\n%s", out)
+	if code != 0 {
+		t.Fatalf("exit code %d\nstderr:\n%s", code, stderr.String())
+	}
+	for _, tool := range []peerTool{toolCT, toolTemplate, toolBuiltin} {
+		if !regexp.MustCompile(`- 5x4 ` + regexp.QuoteMeta(tool.title) + ` \(alone\): 3/3 changes in the file \([0-9]+ file reads\);`).MatchString(out) {
+			t.Errorf("%s did not show every removal in its file, or says it probed them", tool.title)
+		}
+		if !regexp.MustCompile(`(?m)^\| 5x4 \| ` + regexp.QuoteMeta(tool.title) + ` \| alone \| [0-9.]+ / [0-9.]+[^|]*\| – \|`).MatchString(out) {
+			t.Errorf("%s: want a change → file cell and no served one", tool.title)
+		}
+	}
+}
+
 func TestRatio(t *testing.T) {
 	for _, tc := range []struct {
 		a, b float64
@@ -408,23 +446,73 @@ func TestShellQuoteIsOneWord(t *testing.T) {
 	}
 }
 
-// -change add makes each change a new instance, and the table says so.
-func TestPeerChangeAddRegistersNewInstances(t *testing.T) {
+// -change says what each change does, and the table says so.
+func TestPeerChangeKinds(t *testing.T) {
 	args := []string{"-tools", "ct", "-consul-template", "/bin/true", "-haproxy", "/bin/true"}
-	o, err := parsePeerFlags(append(args, "-change", "add"), io.Discard)
-	if err != nil {
-		t.Fatal(err)
+	for _, tt := range []struct {
+		arg  string
+		want changeKind
+		says string
+	}{
+		{"add", changeAdd, "each a new instance of one service registered at a new port"},
+		{"remove", changeRemove, "each one instance of one service deregistered"},
+		{"move", changeMove, "each one instance of one service moved to a new port"},
+	} {
+		o, err := parsePeerFlags(append(args, "-change", tt.arg), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.change != tt.want {
+			t.Errorf("-change %s: kind %v, want %v", tt.arg, o.change, tt.want)
+		}
+		var b strings.Builder
+		printPeerTable(&b, o, nil)
+		if !strings.Contains(b.String(), tt.says) {
+			t.Errorf("-change %s: the table does not say what a change is:\n%s", tt.arg, b.String())
+		}
 	}
-	if !o.add {
-		t.Error("-change add: changes still move instances")
+	if _, err := parsePeerFlags(append(args, "-change", "rename"), io.Discard); err == nil {
+		t.Error("-change rename was taken")
 	}
-	if _, err := parsePeerFlags(append(args, "-change", "remove"), io.Discard); err == nil {
-		t.Error("-change remove was taken")
-	}
-	var b strings.Builder
-	printPeerTable(&b, o, nil)
-	if !strings.Contains(b.String(), "each a new instance of one service registered at a new port") {
-		t.Errorf("the table does not say what a change is:\n%s", b.String())
+}
+
+// A removal is in the file once its address is no server that takes
+// traffic in its service's backend: gone (a template's server per
+// instance) or its slot disabled (the built-in drains it); the same
+// address in another backend does not count.
+func TestServesIn(t *testing.T) {
+	const cfg = `global
+    maxconn 100
+
+backend svc-1
+    balance roundrobin
+    server s0 127.0.0.1:8001 weight 1
+    server s1 127.0.0.1:8002 weight 1 disabled
+
+backend svc-10
+    server svc-10-0 127.0.0.1:8003
+
+backend svc-2
+    server svc-2-0 127.0.0.1:8004
+# a comment at the start of a line ends the section
+    server svc-2-1 127.0.0.1:8005
+`
+	for _, tt := range []struct {
+		backend, addr string
+		want          bool
+	}{
+		{"svc-1", "127.0.0.1:8001", true},
+		{"svc-1", "127.0.0.1:8002", false}, // disabled: draining
+		{"svc-1", "127.0.0.1:8003", false}, // svc-10's
+		{"svc-10", "127.0.0.1:8003", true},
+		{"svc-10", "127.0.0.1:800", false},
+		{"svc-2", "127.0.0.1:8004", true},
+		{"svc-2", "127.0.0.1:8005", false},
+		{"svc-3", "127.0.0.1:8001", false},
+	} {
+		if got := servesIn([]byte(cfg), tt.backend, tt.addr); got != tt.want {
+			t.Errorf("servesIn(%s, %s) = %v, want %v", tt.backend, tt.addr, got, tt.want)
+		}
 	}
 }
 

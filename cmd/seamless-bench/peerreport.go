@@ -86,8 +86,12 @@ func printPeerTable(w io.Writer, o peerOptions, results []peerResult) {
 		maxConns = max(maxConns, r.maxConns)
 	}
 	what := "each one instance of one service moved to a new port"
-	if o.add {
+	switch o.change {
+	case changeAdd:
 		what = "each a new instance of one service registered at a new port"
+	case changeRemove:
+		what = "each one instance of one service deregistered (change → file: until its address is no server that takes traffic in its service's backend; " +
+			"the built-in drains it, its slot disabled; not probed through HAProxy, where a drained server still answers its connections)"
 	}
 	fmt.Fprintf(w, "%d changes %v apart on a fixed schedule (seed %d), %s; every tool with wait %s. "+
 		"One Consul %s server per row on 127.0.0.1, its http_max_conns_per_client raised to %d (default 200): consul-template holds a blocking query, "+
@@ -120,8 +124,10 @@ func printPeerTable(w io.Writer, o peerOptions, results []peerResult) {
 				kinds = append(kinds, fmt.Sprintf("%s %d (%.1f KiB)", kindNames[k], v.Requests, float64(v.Body)/1024))
 			}
 			fmt.Fprintf(w, "- %s: %d/%d changes in the file (%d file reads)", name, len(r.rendered), r.asked, r.reads)
-			if r.tool.serves() {
+			if o.probes(r.tool) {
 				fmt.Fprintf(w, ", %d/%d served (%d requests)", len(r.served), r.asked, r.probes)
+			}
+			if r.tool.serves() {
 				fmt.Fprintf(w, "; whole catalog served %s after start", r.readyServed.Round(time.Millisecond))
 			}
 			switch {

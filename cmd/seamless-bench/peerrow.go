@@ -30,6 +30,17 @@ type peerChange struct {
 	name      string
 }
 
+// describe says what change c does, for the log.
+func (c peerChange) describe(l layout, kind changeKind) string {
+	switch kind {
+	case changeAdd:
+		return fmt.Sprintf("%s: an instance added at :%d", l.service(c.svc), c.port)
+	case changeRemove:
+		return fmt.Sprintf("%s instance %d removed", l.service(c.svc), c.inst)
+	}
+	return fmt.Sprintf("%s instance %d → :%d", l.service(c.svc), c.inst, c.port)
+}
+
 // planChanges draws n distinct instances of l from seed.
 func planChanges(l layout, n int, seed uint64, ports []int, names []string) []peerChange {
 	rng := rand.New(rand.NewPCG(seed, 0x5ea4))
@@ -262,7 +273,7 @@ func peerRow(ctx context.Context, log *slog.Logger, o peerOptions, dir string, d
 		}
 		r := &results[i]
 		r.window, r.agent = window, agentAfter-agentBefore
-		finishPeerResult(ctx, log, r, t, before[i], written)
+		finishPeerResult(ctx, log, r, t, before[i], written, o.probes(t.tool))
 	}
 	return results
 }
@@ -272,7 +283,7 @@ func peerRow(ctx context.Context, log *slog.Logger, o peerOptions, dir string, d
 // may still need stopping (its entry is not nil).
 func startPeerTools(ctx context.Context, log *slog.Logger, o peerOptions, dir string, defaults map[string]string,
 	cat *peerCatalog, tools []peerTool, results []peerResult) []*toolRun {
-	setup := toolSetup{o: o, l: cat.l, consul: cat.agent.Addr(), defaults: defaults, ports: cat.ports}
+	setup := toolSetup{o: o, l: cat.l, consul: cat.agent.Addr(), defaults: defaults, ports: cat.ports, changes: cat.changes}
 	runs := make([]*toolRun, len(tools))
 	for i, tool := range tools {
 		t, err := startTool(ctx, setup, tool, filepath.Join(dir, tool.key))
@@ -320,18 +331,18 @@ func writeChanges(ctx context.Context, log *slog.Logger, o peerOptions, cat *pee
 				continue
 			}
 			t.file.arm(k)
-			if t.tool.serves() {
+			if o.probes(t.tool) {
 				deadline := probeDeadline(start.Add(time.Duration(len(cat.changes))*o.interval), time.Now(), o.changeTimeout)
 				t.probing.Go(func() { t.probeServed(ctx, k, l.host(c.svc), c.name, o.every, deadline) })
 			}
 		}
-		if err := moveInstance(ctx, cat.client, l, c, o.add); err != nil {
+		if err := changeInstance(ctx, cat.client, l, c, o.change); err != nil {
 			return written, fmt.Errorf("change %d: consul write: %w", k+1, err)
 		}
 		written = append(written, time.Now())
 		if (k+1)%10 == 0 || k+1 == len(cat.changes) {
 			log.Info("progress", "changes", fmt.Sprintf("%d/%d", k+1, len(cat.changes)),
-				"last", fmt.Sprintf("%s instance %d → :%d", l.service(c.svc), c.inst, c.port))
+				"last", c.describe(l, o.change))
 		}
 	}
 	return written, sleepUntil(ctx, start.Add(time.Duration(len(cat.changes))*o.interval))
@@ -349,7 +360,7 @@ func probeDeadline(scheduleEnd, now time.Time, timeout time.Duration) time.Time 
 }
 
 // finishPeerResult reads what tool t did over the changes into r.
-func finishPeerResult(ctx context.Context, log *slog.Logger, r *peerResult, t *toolRun, before toolReading, written []time.Time) {
+func finishPeerResult(ctx context.Context, log *slog.Logger, r *peerResult, t *toolRun, before toolReading, written []time.Time, probed bool) {
 	after := readTool(ctx, t)
 	r.traffic = after.traffic.sub(before.traffic)
 	r.cpu = after.cpu - before.cpu
@@ -368,12 +379,15 @@ func finishPeerResult(ctx context.Context, log *slog.Logger, r *peerResult, t *t
 			d = fmtMs(r.rendered[len(r.rendered)-1])
 		}
 		ds = append(ds, d)
-		if t.tool.serves() && !served[k].IsZero() {
+		if probed && !served[k].IsZero() {
 			r.served = append(r.served, max(served[k].Sub(written[k]), 0))
 		}
 	}
 	log.Info("in the file", "tool", t.tool.key, "by_change", strings.Join(ds, " "))
-	if t.tool.serves() {
+	if early := t.file.shownEarly(); len(early) > 0 && r.err == nil {
+		r.err = fmt.Errorf("changes %v were in the file before they were written: the benchmark cannot see them there", early)
+	}
+	if probed {
 		t.servedMu.Lock()
 		r.probes = t.probes
 		t.servedMu.Unlock()
@@ -396,21 +410,25 @@ func finishPeerResult(ctx context.Context, log *slog.Logger, r *peerResult, t *t
 		"p50", fmtPct(r.rendered, 50), "requests", r.traffic.total().Requests, "kib", r.traffic.total().Body>>10)
 }
 
-// moveInstance re-registers the instance of c at its new port, in one
-// catalog write; its check stays as it was. With add, it registers a new
-// instance of the service on the same node at that port instead (no
-// check: passing).
-func moveInstance(ctx context.Context, c *api.Client, l layout, ch peerChange, add bool) error {
+// changeInstance makes change ch in one catalog write. A move
+// re-registers the instance at its new port; its check stays as it was.
+// An add registers a new instance of the service on the same node at that
+// port (no check: passing). A remove deregisters the instance, and so its
+// check.
+func changeInstance(ctx context.Context, c *api.Client, l layout, ch peerChange, kind changeKind) error {
 	id := l.id(ch.svc, ch.inst)
-	if add {
+	if kind == changeAdd {
 		id += "-added"
 	}
 	op := &api.TxnOp{Service: &api.ServiceTxnOp{Verb: api.ServiceSet, Node: l.node(ch.svc, ch.inst),
 		Service: api.AgentService{ID: id, Service: l.service(ch.svc), Address: "127.0.0.1",
 			Port: ch.port, Tags: []string{l.hostTag(ch.svc)}}}}
+	if kind == changeRemove {
+		op.Service.Verb, op.Service.Service = api.ServiceDelete, api.AgentService{ID: id, Service: l.service(ch.svc)}
+	}
 	ok, resp, _, err := c.Txn().Txn(api.TxnOps{op}, (&api.QueryOptions{}).WithContext(ctx))
 	if err == nil && !ok {
-		err = fmt.Errorf("transaction rolled back: %v", resp.Errors)
+		err = rolledBack(resp)
 	}
 	return err
 }

@@ -190,6 +190,27 @@ type toolSetup struct {
 	consul   string            // the agent's HTTP address
 	defaults map[string]string // seamless env
 	ports    []int             // by change: the port it moves an instance to
+	changes  []peerChange
+}
+
+// inFile returns, by change, whether a rendered file shows it: the new
+// address in it, or for a removal the instance's address no longer a
+// server that takes traffic in its service's backend.
+func (s toolSetup) inFile(tool peerTool) []func([]byte) bool {
+	out := make([]func([]byte) bool, len(s.changes))
+	for k, c := range s.changes {
+		if s.o.change == changeRemove {
+			backend, addr := s.l.service(c.svc), "127.0.0.1:"+strconv.Itoa(s.l.port(c.inst))
+			if tool == toolBuiltin {
+				backend = "http-" + backend // the built-in's backend of a service's HTTP routes
+			}
+			out[k] = func(b []byte) bool { return !servesIn(b, backend, addr) }
+			continue
+		}
+		addr := []byte("127.0.0.1:" + strconv.Itoa(s.ports[k]))
+		out[k] = func(b []byte) bool { return containsAddr(b, addr) }
+	}
+	return out
 }
 
 // loadedCheck reports whether a rendered file holds every instance of the
@@ -240,7 +261,7 @@ func startTool(ctx context.Context, s toolSetup, tool peerTool, dir string) (*to
 			proxy.stop()
 			return nil, err
 		}
-		t.file = newRenderedFile(out, s.ports, s.loadedCheck())
+		t.file = newRenderedFile(out, s.inFile(tool), s.loadedCheck())
 		logf, err := os.Create(filepath.Join(filepath.Dir(out), "consul-template.log"))
 		if err != nil {
 			proxy.stop()
@@ -292,7 +313,7 @@ func startTool(ctx context.Context, s toolSetup, tool peerTool, dir string) (*to
 			return nil, err
 		}
 		t.http = t.d.http
-		t.file = newRenderedFile(filepath.Join(t.d.stateDir, "haproxy.cfg"), s.ports, s.loadedCheck())
+		t.file = newRenderedFile(filepath.Join(t.d.stateDir, "haproxy.cfg"), s.inFile(tool), s.loadedCheck())
 		if err := os.MkdirAll(t.d.stateDir, 0o755); err != nil {
 			t.d.stop()
 			proxy.stop()

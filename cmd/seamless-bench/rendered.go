@@ -5,7 +5,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strconv"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -15,8 +16,9 @@ import (
 
 // renderedFile watches a file a tool renders (consul-template's
 // destination, seamless's haproxy.cfg) for the changes of a peer run:
-// change k has happened in the file once the address 127.0.0.1:<port k>
-// appears in it. Both tools replace the file by a rename, which inotify
+// change k has happened in the file once has[k] holds for it (the
+// address 127.0.0.1:<port k> appears in it, or a removed instance's is
+// gone: toolSetup.inFile). Both tools replace the file by a rename, which inotify
 // reports at once (fsnotify on the directory); the file is read on every
 // such event, so a change is seen within a file read of its rename. A
 // stat every fallbackEvery catches anything an overflowing event queue
@@ -25,11 +27,12 @@ type renderedFile struct {
 	path string
 
 	mu      sync.Mutex
-	loaded  func([]byte) bool // the complete catalog is in the file
-	ready   time.Time         // when loaded first held
-	tokens  [][]byte          // by change: the address it brings
-	armed   []bool            // by change: written (or being written)
-	seen    []time.Time       // by change: first read holding its address
+	loaded  func([]byte) bool   // the complete catalog is in the file
+	ready   time.Time           // when loaded first held
+	has     []func([]byte) bool // by change: the file shows it
+	armed   []bool              // by change: written (or being written)
+	seen    []time.Time         // by change: first read holding its address
+	early   []int               // changes the file showed before they were written
 	reads   int
 	lastErr error
 	stamp   fileStamp
@@ -38,22 +41,30 @@ type renderedFile struct {
 
 const fallbackEvery = 100 * time.Millisecond
 
-func newRenderedFile(path string, ports []int, loaded func([]byte) bool) *renderedFile {
-	f := &renderedFile{path: path, loaded: loaded, changed: make(chan struct{}),
-		armed: make([]bool, len(ports)), seen: make([]time.Time, len(ports))}
-	for _, p := range ports {
-		f.tokens = append(f.tokens, []byte("127.0.0.1:"+strconv.Itoa(p)))
-	}
-	return f
+func newRenderedFile(path string, has []func([]byte) bool, loaded func([]byte) bool) *renderedFile {
+	return &renderedFile{path: path, loaded: loaded, has: has, changed: make(chan struct{}),
+		armed: make([]bool, len(has)), seen: make([]time.Time, len(has))}
 }
 
 // arm starts looking for change k; it is called before the change is
 // written, since a tool may render it before the write has returned.
 func (f *renderedFile) arm(k int) {
+	b, err := os.ReadFile(f.path)
 	f.mu.Lock()
+	if err == nil && f.has[k](b) {
+		f.early = append(f.early, k+1)
+	}
 	f.armed[k] = true
 	f.mu.Unlock()
 	f.check()
+}
+
+// shownEarly returns the changes (numbered from 1) the file showed before
+// they were written: the check of the file is wrong for them.
+func (f *renderedFile) shownEarly() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.early)
 }
 
 // run watches until ctx ends.
@@ -131,8 +142,8 @@ func (f *renderedFile) check() {
 	if f.ready.IsZero() && f.loaded(b) {
 		f.ready, moved = now, true
 	}
-	for k, tok := range f.tokens {
-		if f.armed[k] && f.seen[k].IsZero() && containsAddr(b, tok) {
+	for k, has := range f.has {
+		if f.armed[k] && f.seen[k].IsZero() && has(b) {
 			f.seen[k], moved = now, true
 		}
 	}
@@ -173,6 +184,34 @@ func containsAddr(b, addr []byte) bool {
 		}
 		b = b[end:]
 	}
+}
+
+// servesIn reports whether b's section "backend <backend>" has a server
+// at addr that takes traffic: a server line without "disabled" (the
+// built-in template keeps a drained instance's slot, disabled). The
+// section ends at the next line that does not start with white space.
+func servesIn(b []byte, backend, addr string) bool {
+	head := []byte("\nbackend " + backend + "\n")
+	i := bytes.Index(b, head)
+	if i < 0 {
+		return false
+	}
+	for rest := b[i+len(head):]; len(rest) > 0; {
+		line := rest
+		if nl := bytes.IndexByte(rest, '\n'); nl >= 0 {
+			line, rest = rest[:nl], rest[nl+1:]
+		} else {
+			rest = nil
+		}
+		if len(line) > 0 && line[0] != ' ' && line[0] != '\t' {
+			return false
+		}
+		f := strings.Fields(string(line))
+		if len(f) >= 3 && f[0] == "server" && f[2] == addr && !slices.Contains(f[3:], "disabled") {
+			return true
+		}
+	}
+	return false
 }
 
 // countAddrs counts the occurrences of addr as containsAddr matches it.

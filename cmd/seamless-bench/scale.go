@@ -373,7 +373,7 @@ func scaleChanges(ctx context.Context, log *slog.Logger, o scaleOptions, d *disc
 		tx, resp, _, err := c.Txn().Txn(api.TxnOps{{Check: &api.CheckTxnOp{Verb: api.CheckSet, Check: chk}}},
 			(&api.QueryOptions{}).WithContext(ctx))
 		if err == nil && !tx {
-			err = fmt.Errorf("transaction rolled back: %v", resp.Errors)
+			err = rolledBack(resp)
 		}
 		if err != nil {
 			return fmt.Errorf("change %d: consul write: %w", i+1, err)
