@@ -208,10 +208,12 @@ func consulTemplateBin(t *testing.T) string {
 	return bin
 }
 
-// The side-by-side, tiny, against the real Consul, consul-template,
-// HAProxy and seamless: every tool gets a row with numbers, made requests
-// through its proxy and showed every change.
-func TestPeerBenchmark(t *testing.T) {
+// peerTable runs seamless-bench peer with args against the real Consul,
+// consul-template, HAProxy and seamless, under a temporary directory of
+// its own, and returns its table and that directory; it skips where they
+// are missing, and fails the test if the run fails.
+func peerTable(t *testing.T, args ...string) (table, tmp string) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts Consul, consul-template, HAProxy and seamless")
 	}
@@ -221,19 +223,27 @@ func TestPeerBenchmark(t *testing.T) {
 	ct := consulTemplateBin(t)
 	testenv.HAProxy(t)
 	consul := testenv.ConsulBin(t)
-	tmp := t.TempDir()
+	tmp = t.TempDir()
 	t.Setenv("TMPDIR", tmp)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	code := run(ctx, []string{"seamless-bench", "peer", "-sizes", "5x2", "-changes", "3", "-interval", "300ms",
-		"-seamless", seamlessBin, "-consul", consul, "-consul-template", ct, "-change-timeout", "30s", "-timeout", "2m"}, &stdout, &stderr)
+	code := run(ctx, append([]string{"seamless-bench", "peer", "-seamless", seamlessBin, "-consul", consul, "-consul-template", ct,
+		"-change-timeout", "30s", "-timeout", "2m"}, args...), &stdout, &stderr)
 	out := stdout.String()
 	t.Logf("table:\n%s", out)
 	if code != 0 {
 		t.Fatalf("exit code %d\nstderr:\n%s", code, stderr.String())
 	}
+	return out, tmp
+}
+
+// The side-by-side, tiny, against the real Consul, consul-template,
+// HAProxy and seamless: every tool gets a row with numbers, made requests
+// through its proxy and showed every change.
+func TestPeerBenchmark(t *testing.T) {
+	out, tmp := peerTable(t, "-sizes", "5x2", "-changes", "3", "-interval", "300ms")
 	number := `[0-9]+(\.[0-9]+)?`
 	for _, tool := range peerTools {
 		row := regexp.MustCompile(`(?m)^\| 5x2 \| ` + regexp.QuoteMeta(tool.title) + ` \| alone \| (.*)\|$`).FindStringSubmatch(out)
@@ -294,29 +304,7 @@ func TestPeerBenchmark(t *testing.T) {
 // HAProxy. (A short name: seamless's run directory under the test's
 // temporary one must fit HAProxy's socket paths.)
 func TestPeerRemoves(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts Consul, consul-template, HAProxy and seamless")
-	}
-	if os.Getenv("SEAMLESS_CONSUL_BIN") == "" && !testenv.CI() {
-		t.Skip("SEAMLESS_CONSUL_BIN is not set (make consul builds the agent)")
-	}
-	ct := consulTemplateBin(t)
-	testenv.HAProxy(t)
-	consul := testenv.ConsulBin(t)
-	tmp := t.TempDir()
-	t.Setenv("TMPDIR", tmp)
-
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	code := run(ctx, []string{"seamless-bench", "peer", "-sizes", "5x4", "-changes", "3", "-interval", "300ms", "-change", "remove",
-		"-tools", "ct,template,builtin", "-seamless", seamlessBin, "-consul", consul, "-consul-template", ct,
-		"-change-timeout", "30s", "-timeout", "2m"}, &stdout, &stderr)
-	out := stdout.String()
-	t.Logf("table:\n%s", out)
-	if code != 0 {
-		t.Fatalf("exit code %d\nstderr:\n%s", code, stderr.String())
-	}
+	out, _ := peerTable(t, "-sizes", "5x4", "-changes", "3", "-interval", "300ms", "-change", "remove", "-tools", "ct,template,builtin")
 	for _, tool := range []peerTool{toolCT, toolTemplate, toolBuiltin} {
 		if !regexp.MustCompile(`- 5x4 ` + regexp.QuoteMeta(tool.title) + ` \(alone\): 3/3 changes in the file \([0-9]+ file reads\);`).MatchString(out) {
 			t.Errorf("%s did not show every removal in its file, or says it probed them", tool.title)
