@@ -364,10 +364,9 @@ func (g *Guard) expire(now time.Time) bool {
 				"withheld", len(g.withheld), "until", g.withheldUntil.Format(time.RFC3339))
 			return released > 0
 		}
+		// Their removals stay remembered: passed on, they are no longer
+		// additions, and a later removal records itself again.
 		g.log.Info("the source still reports the instances it had removed; passed on", "instances", len(g.withheld))
-		for k := range g.withheld {
-			g.removed.forget(k)
-		}
 		g.withheld = nil
 		return true
 	}

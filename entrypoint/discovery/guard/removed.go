@@ -43,8 +43,6 @@ func (r *removals) has(k key, now time.Time) bool {
 	return ok && now.Sub(at) < rememberFor
 }
 
-func (r *removals) forget(k key) { delete(r.at, k) }
-
 func (r *removals) len() int { return len(r.at) }
 
 // prune forgets what is too old or beyond the count.
